@@ -1,0 +1,1 @@
+"""Torch-specific parts of GRPO (the learner)."""

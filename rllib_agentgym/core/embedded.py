@@ -1,0 +1,142 @@
+"""The embedded default model: a small Qwen2-architecture causal LM built here.
+
+No weights can be downloaded at run time, so tests and the CPU examples use a
+model the project builds itself, deterministically:
+
+* a byte-level BPE tokenizer trained on a corpus shipped in the package
+  (instructions and observations of the env families), with Qwen's chat
+  special tokens and a ChatML chat template;
+* a randomly initialised (seeded) ``Qwen2ForCausalLM`` whose head_dim (64)
+  vLLM's CPU attention accepts.
+
+The folder is an ordinary Hugging Face model folder, so transformers and vLLM
+load it like any local model. It is cached under the cache dir, keyed by a
+hash of everything that defines it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+EMBEDDED_NAME = "embedded"
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CORPUS_PATH = Path(__file__).with_name("data") / "tokenizer_corpus.txt"
+
+
+@dataclass(frozen=True)
+class EmbeddedModelConfig:
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 688
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 64
+    max_position_embeddings: int = 8192
+    seed: int = 0
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("RLLIB_AGENTGYM_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "rllib_agentgym"
+    )
+    return Path(root)
+
+
+def _fingerprint(config: EmbeddedModelConfig) -> str:
+    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
+    digest.update(CORPUS_PATH.read_bytes())
+    digest.update(CHAT_TEMPLATE.encode())
+    return digest.hexdigest()[:12]
+
+
+def embedded_model_path(config: EmbeddedModelConfig | None = None) -> Path:
+    """Path of the embedded model folder, building it on first use."""
+    config = config or EmbeddedModelConfig()
+    path = cache_dir() / "models" / f"embedded-qwen2-{_fingerprint(config)}"
+    if not (path / "config.json").exists():
+        build_embedded_model(path, config)
+    return path
+
+
+def resolve_model_path(model: str) -> str:
+    """`"embedded"` -> the built folder; anything else (a path or hub id) as is."""
+    return str(embedded_model_path()) if model == EMBEDDED_NAME else model
+
+
+def build_tokenizer(vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    lines = CORPUS_PATH.read_text(encoding="utf-8").splitlines()
+    tok.train_from_iterator(lines, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_embedded_model(path: Path, config: EmbeddedModelConfig) -> Path:
+    """Build tokenizer + randomly initialised Qwen2 model into `path` (atomic)."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer(config.vocab_size)
+    vocab = len(tokenizer)
+    model_config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(config.seed)
+    model = Qwen2ForCausalLM(model_config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=model_config.eos_token_id, pad_token_id=model_config.pad_token_id
+    )
+
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(path)
+    except OSError:  # another process built it first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path

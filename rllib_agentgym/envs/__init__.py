@@ -1,0 +1,1 @@
+"""Client side of the env families: specs, HTTP / in-process clients, gymnasium view."""

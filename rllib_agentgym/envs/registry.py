@@ -1,0 +1,98 @@
+"""Env family registry: names -> specs, sessions from an env_config, Tune names.
+
+`env_config` keys understood for every family:
+
+    server_url:   URL or list of URLs of running env servers (HTTP mode)
+    launch_server: start a local server subprocess per env runner (HTTP mode)
+    (neither):    in-process mode: the env class is called directly
+    env_options:  dict passed to /create (or the env class)
+    split:        task split to draw from ("train" by default)
+    client_timeout_s, client_retries: HTTP fault tolerance
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from typing import Any, Callable, Mapping
+
+from rllib_agentgym.envs.client import HTTPEnvClient, InProcessEnvClient, LocalEnvServer, RetryPolicy
+from rllib_agentgym.envs.spec import EnvSpec
+
+ENV_PREFIX = "agentgym/"
+FAMILIES = ("textcraft", "babyai", "sciworld", "searchqa", "webarena")
+
+
+def available_families() -> list[str]:
+    """Families whose spec module imports on this machine."""
+    names = []
+    for name in FAMILIES:
+        try:
+            importlib.import_module(f"rllib_agentgym.envs.specs.{name}")
+        except ImportError:
+            continue
+        names.append(name)
+    return names
+
+
+def family_name(env: str) -> str:
+    return env[len(ENV_PREFIX) :] if env.startswith(ENV_PREFIX) else env
+
+
+def get_spec(env: str) -> EnvSpec:
+    name = family_name(env)
+    if name not in FAMILIES:
+        raise KeyError(f"unknown env {env!r}; known: {', '.join(ENV_PREFIX + f for f in FAMILIES)}")
+    return importlib.import_module(f"rllib_agentgym.envs.specs.{name}").SPEC
+
+
+class SessionFactory:
+    """Makes env sessions for one runner, per its env_config (see module doc)."""
+
+    def __init__(self, spec: EnvSpec, env_config: Mapping[str, Any]):
+        self.spec = spec
+        self._options = {**spec.env_options, **dict(env_config.get("env_options") or {})}
+        self._retry = RetryPolicy(
+            timeout_s=float(env_config.get("client_timeout_s", 60.0)),
+            retries=int(env_config.get("client_retries", 3)),
+        )
+        self._server: LocalEnvServer | None = None
+        urls = env_config.get("server_url")
+        if isinstance(urls, str):
+            urls = [urls]
+        if not urls and env_config.get("launch_server"):
+            self._server = LocalEnvServer(spec.server_module)
+            urls = [self._server.url]
+        self._urls = list(urls or [])
+        self._next_url = itertools.cycle(self._urls) if self._urls else None
+
+    @property
+    def mode(self) -> str:
+        return "http" if self._urls else "inprocess"
+
+    def make(self):
+        if self._next_url is not None:
+            return HTTPEnvClient(next(self._next_url), self._options, self._retry)
+        return InProcessEnvClient(self.spec.load_env_class(), self._options)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+def env_creator(name: str) -> Callable[[Mapping[str, Any]], Any]:
+    def _create(env_config: Mapping[str, Any]):
+        from rllib_agentgym.envs.gym_env import AgentGymEnv
+
+        return AgentGymEnv(name, dict(env_config or {}))
+
+    return _create
+
+
+def register_envs() -> None:
+    """Register every family as `agentgym/<name>` with Tune (gymnasium Text spaces)."""
+    from ray.tune.registry import register_env
+
+    for name in FAMILIES:
+        register_env(ENV_PREFIX + name, env_creator(name))

@@ -1,0 +1,83 @@
+"""What the client side knows about one environment family.
+
+An `EnvSpec` ties an env family's server (module `envs.<name>`) to the agent
+side: the instruction prompt the LLM sees first, how its action is pulled out
+of a generated text, task splits, and the category of each task for
+per-category metrics.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+_REACT_ACTION = re.compile(r"Action:\s*(.*)", re.DOTALL)
+
+
+def parse_react_action(text: str) -> str | None:
+    """Pull the action out of AgentGym's ReAct format ``Thought: ...\\nAction: ...``.
+
+    Returns the first non-empty line after the last ``Action:`` marker, or None
+    when the text has no such marker (the env then answers its invalid-action
+    observation).
+    """
+    idx = text.rfind("Action:")
+    if idx < 0:
+        return None
+    rest = text[idx + len("Action:") :].strip()
+    for line in rest.splitlines():
+        line = line.strip()
+        if line:
+            return line
+    return None
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Agent-side description of an env family.
+
+    name:          short name; registered with Tune as ``agentgym/<name>``.
+    env_class:     "module:Class" of the server-side env (in-process adapter).
+    server_module: module runnable as ``python -m <server_module> --port N``.
+    instruction:   the task instruction, sent as the system message.
+    parse_action:  model text -> bare action for the server, or None when the
+                   text holds no action (counted as a format error).
+    tasks_module:  module with ``split_ids(split) -> list[int]`` and
+                   ``category(data_idx) -> str``.
+    default_max_new_tokens: generation cap per turn a config may override.
+    send_raw_text: the server parses the model text itself (Deep Search's tags).
+    """
+
+    name: str
+    env_class: str
+    server_module: str
+    instruction: str
+    parse_action: Callable[[str], str | None] = parse_react_action
+    tasks_module: str = ""
+    default_max_new_tokens: int = 128
+    send_raw_text: bool = False
+    env_options: dict[str, Any] = field(default_factory=dict)
+
+    def load_env_class(self) -> type:
+        module, _, cls = self.env_class.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+    def _tasks(self):
+        return importlib.import_module(self.tasks_module or self.server_module + ".tasks")
+
+    def split_ids(self, split: str) -> list[int]:
+        return list(self._tasks().split_ids(split))
+
+    def category(self, data_idx: int) -> str:
+        return str(self._tasks().category(data_idx))
+
+    def action_for_server(self, text: str) -> tuple[str, bool]:
+        """(action to send, whether the text was well-formed)."""
+        if self.send_raw_text:
+            return text, True
+        action = self.parse_action(text)
+        if action is None:
+            return text.strip(), False
+        return action, True
