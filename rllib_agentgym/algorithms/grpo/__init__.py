@@ -1,0 +1,1 @@
+"""GRPO (group relative policy optimization) for multi-turn LLM agents."""

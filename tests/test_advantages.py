@@ -1,0 +1,299 @@
+"""Advantage estimators against hand-computed values (torch + pytest only)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rllib_agentgym.algorithms.advantages import (
+    compute_advantages,
+    dynamic_sampling_keep_mask,
+    gae_advantages,
+    grpo_advantages,
+    masked_mean,
+    masked_whiten,
+    reinforce_plus_plus_advantages,
+    reinforce_pp_returns,
+    rloo_advantages,
+    to_token_level,
+    token_level_rewards,
+)
+
+
+def close(actual, expected, atol=1e-6):
+    expected = torch.as_tensor(expected, dtype=actual.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert torch.allclose(actual, expected, atol=atol, rtol=0), (actual, expected)
+
+
+# A batch mixing four groups, interleaved, with non-contiguous ids:
+#   group 7: rewards 1, 0, 0, 1   mean 0.5, deviations +-0.5,
+#            unbiased var = 4 * 0.25 / 3 = 1/3, std = 1/sqrt(3) = 0.57735
+#            GRPO: +-0.5 * sqrt(3) = +-0.8660254
+#   group 3: rewards 1, 2, 3      mean 2, deviations -1, 0, 1, var = 2 / 2 = 1, std 1
+#   group 42: rewards 0.1 x 3     all equal -> 0
+#   group 5: reward 5 alone       group of one -> 0
+REWARDS = torch.tensor([1.0, 1.0, 0.1, 0.0, 2.0, 5.0, 0.0, 0.1, 3.0, 1.0, 0.1])
+GROUPS = torch.tensor([7, 3, 42, 7, 3, 5, 7, 42, 3, 7, 42])
+H = 0.5 * math.sqrt(3)  # 0.8660254
+
+
+class TestGRPO:
+    def test_hand_values(self):
+        eps = 1e-6
+        adv = grpo_advantages(REWARDS, GROUPS, eps=eps)
+        s3 = 1.0 / math.sqrt(3)
+        expected = [
+            0.5 / (s3 + eps),  # group 7, r=1
+            -1.0 / (1 + eps),  # group 3, r=1
+            0.0,  # group 42
+            -0.5 / (s3 + eps),  # group 7, r=0
+            0.0,  # group 3, r=2
+            0.0,  # group of one
+            -0.5 / (s3 + eps),
+            0.0,
+            1.0 / (1 + eps),  # group 3, r=3
+            0.5 / (s3 + eps),
+            0.0,
+        ]
+        close(adv, expected)
+        assert abs(expected[0] - H) < 1e-5
+
+    def test_equal_rewards_exactly_zero(self):
+        # 0.1 + 0.1 + 0.1 != 0.3 in floating point; the group must still be
+        # exactly 0, not rounding noise divided by eps.
+        adv = grpo_advantages(torch.tensor([0.1, 0.1, 0.1]), torch.tensor([0, 0, 0]))
+        assert torch.equal(adv, torch.zeros(3))
+        adv = grpo_advantages(torch.tensor([1.0, 1.0]), torch.tensor([0, 0]), norm_by_std=False)
+        assert torch.equal(adv, torch.zeros(2))
+
+    def test_group_of_one_is_zero_not_nan(self):
+        adv = grpo_advantages(torch.tensor([3.0, -2.0]), torch.tensor([0, 1]))
+        assert torch.equal(adv, torch.zeros(2))
+
+    def test_dr_grpo_no_std(self):
+        adv = grpo_advantages(REWARDS, GROUPS, norm_by_std=False)
+        close(adv, [0.5, -1.0, 0.0, -0.5, 0.0, 0.0, -0.5, 0.0, 1.0, 0.5, 0.0])
+
+    def test_uses_unbiased_std(self):
+        # Rewards 0, 2: mean 1, unbiased std sqrt(2) (biased would be 1).
+        adv = grpo_advantages(torch.tensor([0.0, 2.0]), torch.tensor([0, 0]), eps=0.0)
+        close(adv, [-1 / math.sqrt(2), 1 / math.sqrt(2)])
+
+    def test_integer_rewards_and_dtype(self):
+        adv = grpo_advantages(torch.tensor([0, 1]), torch.tensor([0, 0]), eps=0.0)
+        assert adv.dtype == torch.get_default_dtype()
+        close(adv, [-1 / math.sqrt(2), 1 / math.sqrt(2)])
+        adv64 = grpo_advantages(torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([0, 0]))
+        assert adv64.dtype == torch.float64
+
+    def test_shape_mismatch(self):
+        with pytest.raises(ValueError):
+            grpo_advantages(torch.zeros(3), torch.zeros(2, dtype=torch.long))
+
+
+class TestRLOO:
+    def test_hand_values(self):
+        adv = rloo_advantages(REWARDS, GROUPS)
+        # group 7 (1, 0, 0, 1): 1 - (0+0+1)/3 = 2/3 ; 0 - (1+0+1)/3 = -2/3
+        # group 3 (1, 2, 3): 1 - 2.5 = -1.5 ; 2 - 2 = 0 ; 3 - 1.5 = 1.5
+        expected = [2 / 3, -1.5, 0.0, -2 / 3, 0.0, 0.0, -2 / 3, 0.0, 1.5, 2 / 3, 0.0]
+        close(adv, expected)
+
+    def test_pair_and_single(self):
+        # pair (4, 0): 4 - 0 = 4, 0 - 4 = -4 ; single -> 0
+        adv = rloo_advantages(torch.tensor([4.0, 0.0, 9.0]), torch.tensor([1, 1, 2]))
+        close(adv, [4.0, -4.0, 0.0])
+
+
+class TestDynamicSampling:
+    def test_keep_mask(self):
+        keep = dynamic_sampling_keep_mask(REWARDS, GROUPS)
+        assert keep.dtype == torch.bool
+        # groups 7 and 3 vary -> kept; 42 all equal and 5 single -> dropped
+        expected = [True, True, False, True, True, False, True, False, True, True, False]
+        assert keep.tolist() == expected
+
+    def test_all_solved_and_all_failed(self):
+        r = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+        g = torch.tensor([0, 0, 1, 1, 2, 2])
+        assert dynamic_sampling_keep_mask(r, g).tolist() == [False, False, False, False, True, True]
+
+
+class TestTokenHelpers:
+    def test_to_token_level(self):
+        mask = torch.tensor([[1, 1, 0], [0, 1, 1]], dtype=torch.bool)
+        close(to_token_level(torch.tensor([2.0, -1.0]), mask), [[2, 2, 0], [0, -1, -1]])
+
+    def test_token_level_rewards(self):
+        mask = torch.tensor([[1, 1, 0, 1, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
+        kl = torch.tensor([[1.0, 2.0, 50.0, 3.0, 50.0], [4.0, 50.0, 50.0, 50.0, 50.0], [50.0] * 5])
+        out = token_level_rewards(torch.tensor([1.0, 2.0, 3.0]), mask, kl, kl_coef=0.1)
+        # row 0: last valid token is index 3: [-0.1, -0.2, 0, 1 - 0.3, 0]
+        # row 1: only index 0: 2 - 0.4
+        # row 2: no valid token, nothing
+        close(out, [[-0.1, -0.2, 0, 0.7, 0], [1.6, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
+
+    def test_masked_mean(self):
+        x = torch.tensor([[1.0, 2.0, 99.0], [3.0, 99.0, 99.0]])
+        m = torch.tensor([[1, 1, 0], [1, 0, 0]])
+        close(masked_mean(x, m), 2.0)  # (1 + 2 + 3) / 3
+        close(masked_mean(x, m, dim=-1), [1.5, 3.0])
+        close(masked_mean(x, torch.zeros_like(m)), 0.0)
+
+    def test_masked_whiten(self):
+        x = torch.tensor([[1.0, 2.0, 9.0], [3.0, 100.0, 4.0]])
+        m = torch.tensor([[1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+        # valid 1, 2, 3, 4: mean 2.5, devs -1.5 -0.5 0.5 1.5,
+        # unbiased var = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3
+        s = math.sqrt(5 / 3 + 1e-8)
+        close(masked_whiten(x, m), [[-1.5 / s, -0.5 / s, 0], [0.5 / s, 0, 1.5 / s]])
+        close(
+            masked_whiten(x, m, shift_mean=False),
+            [[-1.5 / s + 2.5, -0.5 / s + 2.5, 0], [0.5 / s + 2.5, 0, 1.5 / s + 2.5]],
+        )
+
+    def test_masked_whiten_single_element(self):
+        out = masked_whiten(torch.tensor([[3.0, 7.0]]), torch.tensor([[0, 1]]))
+        close(out, [[0.0, 0.0]])
+
+
+class TestReinforcePP:
+    MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    KL = torch.tensor([[0.1, 0.2, 0.3, 9.0], [0.5, 0.4, 9.0, 9.0]])
+
+    def test_returns_and_whitening(self):
+        adv, ret = reinforce_plus_plus_advantages(
+            torch.tensor([1.0, 0.0]), self.MASK, self.KL, kl_coef=0.1, gamma=1.0
+        )
+        # token rewards: row 0: -0.01, -0.02, -0.03 + 1 = 0.97 ; row 1: -0.05, -0.04
+        # returns-to-go: row 0: 0.94, 0.95, 0.97 ; row 1: -0.09, -0.04
+        close(ret, [[0.94, 0.95, 0.97, 0], [-0.09, -0.04, 0, 0]])
+        # whitening over the 5 valid tokens: mean = 2.73 / 5 = 0.546
+        devs = [0.394, 0.404, 0.424, -0.636, -0.586]
+        var = sum(d * d for d in devs) / 4  # 1.24612 / 4 = 0.31153 (unbiased)
+        s = math.sqrt(var + 1e-8)
+        close(
+            adv,
+            [[devs[0] / s, devs[1] / s, devs[2] / s, 0], [devs[3] / s, devs[4] / s, 0, 0]],
+            1e-5,
+        )
+        # whitened: zero mean and unit (unbiased) variance on valid tokens
+        v = adv[self.MASK.bool()]
+        assert abs(v.mean().item()) < 1e-6 and abs(v.var().item() - 1) < 1e-5
+
+    def test_discount_skips_holes(self):
+        # valid tokens at 0, 2, 3 (hole at 1, padding at 4); reward 1 at t=3, gamma 0.5
+        # G3 = 1, G2 = 0.5, G0 = 0.25 (the hole costs no discount step and gets 0)
+        mask = torch.tensor([[1, 0, 1, 1, 0]])
+        tr = torch.tensor([[0.0, 8.0, 0.0, 1.0, 0.0]])
+        close(reinforce_pp_returns(tr, mask, gamma=0.5), [[0.25, 0, 0.5, 1.0, 0]])
+        adv, ret = reinforce_plus_plus_advantages(torch.tensor([1.0]), mask, gamma=0.5)
+        close(ret, [[0.25, 0, 0.5, 1.0, 0]])
+        # mean 1.75/3 = 0.583333, devs -1/3, -1/12, 5/12, var = (1/9 + 1/144 + 25/144)/2 = 0.145833
+        devs = [0.25 - 1.75 / 3, 0.5 - 1.75 / 3, 1.0 - 1.75 / 3]
+        s = math.sqrt(sum(d * d for d in devs) / 2 + 1e-8)
+        close(adv, [[devs[0] / s, 0, devs[1] / s, devs[2] / s, 0]], 1e-5)
+
+
+class TestGAE:
+    # Row 0: a two-turn trajectory: generated at 0, 1, observation tokens at 2, 3,
+    # generated at 4, 5, padding at 6. Masked positions hold garbage that must be ignored.
+    MASK = torch.tensor([[1, 1, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0]])
+    VALUES = torch.tensor(
+        [[0.5, 0.4, 9.0, 9.0, 0.3, 0.2, 9.0], [1.0, 2.0, 3.0, 9.0, 9.0, 9.0, 9.0]]
+    )
+    REWARDS = torch.tensor(
+        [[0.0, 0.1, 7.0, 7.0, 0.0, 1.0, 7.0], [0.0, 0.0, 2.0, 7.0, 7.0, 7.0, 7.0]]
+    )
+
+    def test_hole_hand_unrolled(self):
+        adv, ret = gae_advantages(
+            self.REWARDS, self.VALUES, self.MASK, gamma=0.9, lam=0.8, whiten=False
+        )
+        # row 0, valid steps 0 -> 1 -> 4 -> 5, gamma * lam = 0.72:
+        #   d5 = 1 + 0.9*0 - 0.2 = 0.8              A5 = 0.8
+        #   d4 = 0 + 0.9*0.2 - 0.3 = -0.12          A4 = -0.12 + 0.72*0.8 = 0.456
+        #   d1 = 0.1 + 0.9*0.3 - 0.4 = -0.03        A1 = -0.03 + 0.72*0.456 = 0.29832
+        #   d0 = 0 + 0.9*0.4 - 0.5 = -0.14          A0 = -0.14 + 0.72*0.29832 = 0.0747904
+        # row 1, steps 0 -> 1 -> 2:
+        #   d2 = 2 - 3 = -1                         A2 = -1
+        #   d1 = 0 + 0.9*3 - 2 = 0.7                A1 = 0.7 - 0.72 = -0.02
+        #   d0 = 0 + 0.9*2 - 1 = 0.8                A0 = 0.8 - 0.72*0.02 = 0.7856
+        a0 = [0.0747904, 0.29832, 0, 0, 0.456, 0.8, 0]
+        a1 = [0.7856, -0.02, -1.0, 0, 0, 0, 0]
+        close(adv, [a0, a1])
+        # returns = A + V on valid tokens
+        close(ret, [[0.5747904, 0.69832, 0, 0, 0.756, 1.0, 0], [1.7856, 1.98, 2.0, 0, 0, 0, 0]])
+
+    def test_lambda_one_gamma_one_is_return_minus_value(self):
+        # With gamma = lam = 1, A_t = (sum of future rewards) - V_t.
+        adv, ret = gae_advantages(
+            self.REWARDS, self.VALUES, self.MASK, gamma=1.0, lam=1.0, whiten=False
+        )
+        # row 0: rewards-to-go over valid tokens: 1.1, 1.1, 1.0, 1.0
+        close(adv[0], [1.1 - 0.5, 1.1 - 0.4, 0, 0, 1.0 - 0.3, 1.0 - 0.2, 0])
+        close(ret[0], [1.1, 1.1, 0, 0, 1.0, 1.0, 0])
+
+    def test_whiten(self):
+        raw, ret = gae_advantages(
+            self.REWARDS, self.VALUES, self.MASK, gamma=0.9, lam=0.8, whiten=False
+        )
+        adv, ret_w = gae_advantages(self.REWARDS, self.VALUES, self.MASK, gamma=0.9, lam=0.8)
+        close(adv, masked_whiten(raw, self.MASK))
+        close(ret_w, ret)  # returns come from the raw advantages
+
+    def test_values_detached(self):
+        values = self.VALUES.clone().requires_grad_(True)
+        adv, ret = gae_advantages(self.REWARDS, values, self.MASK)
+        assert not adv.requires_grad and not ret.requires_grad
+
+
+class TestDispatcher:
+    def test_grpo_broadcasts_over_tokens(self):
+        mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 1, 1]])
+        adv, ret = compute_advantages(
+            "grpo",
+            rewards=torch.tensor([1.0, 0.0, 5.0]),
+            group_ids=torch.tensor([0, 0, 1]),
+            response_mask=mask,
+        )
+        # group 0: (1, 0) mean 0.5, unbiased std sqrt(0.5) -> +-0.5/0.7071068 = +-0.7071068
+        a = 0.5 / (math.sqrt(0.5) + 1e-6)
+        close(adv, [[a, a, 0], [-a, 0, 0], [0, 0, 0]])
+        assert torch.equal(adv, ret)
+
+    def test_rloo(self):
+        mask = torch.ones(2, 2)
+        adv, _ = compute_advantages(
+            "rloo",
+            rewards=torch.tensor([1.0, 0.0]),
+            group_ids=torch.tensor([0, 0]),
+            response_mask=mask,
+        )
+        close(adv, [[1, 1], [-1, -1]])
+
+    def test_reinforce_pp_and_gae_match_direct_calls(self):
+        m = TestGAE.MASK
+        direct = gae_advantages(TestGAE.REWARDS, TestGAE.VALUES, m, gamma=0.9, lam=0.8)
+        via = compute_advantages(
+            "gae",
+            token_rewards=TestGAE.REWARDS,
+            values=TestGAE.VALUES,
+            response_mask=m,
+            gamma=0.9,
+            lam=0.8,
+        )
+        close(via[0], direct[0])
+        close(via[1], direct[1])
+        r = torch.tensor([1.0, 0.0])
+        close(
+            compute_advantages("reinforce_plus_plus", rewards=r, response_mask=m)[0],
+            reinforce_plus_plus_advantages(r, m)[0],
+        )
+
+    def test_unknown_estimator(self):
+        with pytest.raises(ValueError, match="gae, grpo, reinforce_plus_plus, rloo"):
+            compute_advantages("ppo", rewards=torch.zeros(1))
