@@ -1,0 +1,1 @@
+"""One `EnvSpec` per env family (`specs/<name>.py` defines `SPEC`)."""
