@@ -277,12 +277,22 @@ class GRPO(Algorithm):
             log((key, "success_rate_by_category", category), float(np.mean([t.success for t in members])), window=1)
         log((key, NUM_ENV_STEPS_SAMPLED_LIFETIME), env_steps, reduce="sum", clear_on_reduce=False)
 
+    def run_dir(self) -> str:
+        """The trial's results dir (under Tune: the storage dir TensorBoard reads, not the
+        working dir, whose files Tune does not sync by default)."""
+        storage = getattr(self, "_storage", None)
+        if storage is not None and getattr(storage, "trial_fs_path", None):
+            return storage.trial_fs_path
+        return self.logdir
+
     def _write_trajectories(self, rollouts: list[RolloutResult]) -> None:
         count = int(self.config.log_trajectories)
-        if count <= 0 or not getattr(self, "logdir", None):
+        if count <= 0:
             return
         from rllib_agentgym.tb_logging import log_iteration_extras, write_trajectories
 
-        picked = [t.summary() for r in rollouts for t in r.trajectories][:count]
-        write_trajectories(self.logdir, self.iteration + 1, picked)
-        log_iteration_extras(self.logdir, self.iteration + 1, picked)
+        summaries = [t.summary() for r in rollouts for t in r.trajectories]
+        # Spread the logged ones over groups (tasks) rather than the first group only.
+        stride = max(1, len(summaries) // count)
+        write_trajectories(self.run_dir(), self.iteration + 1, summaries[::stride][:count])
+        log_iteration_extras(self.run_dir(), self.iteration + 1, summaries)

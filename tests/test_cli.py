@@ -1,0 +1,95 @@
+"""`rllib train`: the classic YAML and flags, and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rllib_agentgym.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(argv, capsys):
+    code = main(argv)
+    return code, capsys.readouterr().err.strip()
+
+
+def _write(tmp_path, spec) -> str:
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_missing_file(capsys, tmp_path):
+    code, err = _run(["train", "file", str(tmp_path / "nope.yaml")], capsys)
+    assert code == 2 and err == f"rllib: error: {tmp_path / 'nope.yaml'}: no such file"
+
+
+def test_yaml_syntax_error_names_the_line(capsys, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("exp:\n  run: GRPO\n  config: {lr: [1, 2\n")
+    code, err = _run(["train", "file", str(path)], capsys)
+    assert code == 2
+    assert err.startswith(f"rllib: error: {path}: YAML syntax error at line") and "\n" not in err
+
+
+def test_unknown_run_suggests_nearest(capsys, tmp_path):
+    code, err = _run(["train", "file", _write(tmp_path, {"e": {"run": "GRPPO", "env": "agentgym/textcraft"}})], capsys)
+    assert code == 2 and "unknown algorithm run: 'GRPPO'" in err and "did you mean 'GRPO'" in err
+
+
+def test_unknown_env_suggests_nearest(capsys):
+    code, err = _run(["train", "--algo", "GRPO", "--env", "agentgym/textcraf"], capsys)
+    assert code == 2 and "unknown env: 'agentgym/textcraf'" in err and "'agentgym/textcraft'" in err
+
+
+def test_unknown_config_key_names_key_and_suggestion(capsys, tmp_path):
+    spec = {"e": {"run": "GRPO", "env": "agentgym/textcraft", "config": {"group_sise": 4}}}
+    code, err = _run(["train", "file", _write(tmp_path, spec)], capsys)
+    assert code == 2 and "unknown config key 'group_sise'" in err and "did you mean 'group_size'" in err
+
+
+def test_unknown_config_key_from_flags(capsys):
+    code, err = _run(["train", "--algo", "PPO", "--env", "CartPole-v1", "--config", json.dumps({"lrr": 0.1})], capsys)
+    assert code == 2 and "unknown config key 'lrr'" in err and "'lr'" in err
+
+
+def test_bad_json_flag(capsys):
+    code, err = _run(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop", "{nope"], capsys)
+    assert code == 2 and err.startswith("rllib: error: --stop: not valid JSON")
+
+
+def test_grid_search_and_overrides_are_prepared(tmp_path):
+    from rllib_agentgym.cli import _train_parser  # noqa: F401
+    from rllib_agentgym.experiments import prepare_experiments
+
+    spec = {
+        "e": {
+            "run": "GRPO",
+            "env": "agentgym/textcraft",
+            "config": {"lr": {"grid_search": [1e-5, 1e-6]}, "kl_coef": {"loguniform": [1e-4, 1e-2]}},
+            "stop": {"training_iteration": 5},
+        }
+    }
+    prepared = prepare_experiments(spec, config_overrides={"group_size": 2}, stop_overrides={"training_iteration": 1},
+                                   storage_path=str(tmp_path))
+    exp = prepared["e"]
+    assert exp["config"]["lr"] == {"grid_search": [1e-5, 1e-6]}
+    assert type(exp["config"]["kl_coef"]).__name__ == "Float"  # a Tune search space
+    assert exp["config"]["group_size"] == 2 and exp["config"]["env"] == "agentgym/textcraft"
+    assert exp["stop"] == {"training_iteration": 1} and exp["storage_path"] == str(tmp_path)
+
+
+def test_classic_cartpole_ppo_yaml_runs_unchanged(ray_local, tmp_path):
+    code = main(["train", "file", str(ROOT / "tuned_examples" / "cartpole-ppo.yaml"), "--storage-path", str(tmp_path),
+                 "--stop", json.dumps({"training_iteration": 1}), "-v", "0"])
+    assert code == 0
+    results = list(tmp_path.glob("cartpole-ppo/PPO_CartPole-v1_*/result.json"))
+    assert len(results) == 1
+    last = json.loads(results[0].read_text().strip().splitlines()[-1])
+    assert last["training_iteration"] == 1
+    assert last["env_runners"]["episode_return_mean"] > 0
