@@ -17,10 +17,11 @@ def register() -> None:
         return
     from ray.tune.registry import register_trainable
 
-    from rllib_agentgym.algorithms.grpo.grpo import GRPO
+    from rllib_agentgym.algorithms.grpo.grpo import GRPO, AgentPPO
     from rllib_agentgym.envs.registry import register_envs
 
     register_trainable("GRPO", GRPO)
+    register_trainable("AgentPPO", AgentPPO)
     register_envs()
     _REGISTERED = True
 

@@ -1,17 +1,21 @@
 """LLMRLModule: an RLlib TorchRLModule around a Hugging Face causal LM.
 
 `model_config` keys:
-    model:                   local path, hub id, or "embedded" (the project's tiny Qwen2)
+    model:                   local path, hub id, "embedded" (the project's tiny Qwen2),
+                             or an RLlib checkpoint dir (its policy is exported once)
     dtype:                   "float32" | "bfloat16" | "float16" | "auto"
     gradient_checkpointing:  trade compute for activation memory
     compute_entropy:         also return per-token entropy in forward_train
     entropy_grad:            keep the entropy's graph (for an entropy bonus in the loss)
+    lora:                    {r, alpha, dropout, target_modules}: train a peft LoRA adapter only
+    value_head:              add a scalar value head on the last hidden state (PPO)
 
-forward_train takes a batch with `input_ids` and `attention_mask` [B, T] and
-returns per-token `logprobs` [B, T] (logprobs[:, t] = log pi(x_t | x_<t);
-position 0 has no prediction and is 0) and, if asked, `entropy` [B, T]
-(entropy of the distribution that produced x_t). Weights travel in Hugging
-Face names, so an inference engine can load them as they are.
+forward_train takes `input_ids` and `attention_mask` [B, T] and returns
+per-token `logprobs` [B, T] (logprobs[:, t] = log pi(x_t | x_<t); position 0
+has no prediction and is 0), `entropy` [B, T] if asked, and `values` [B, T]
+with a value head (values[:, t] = V(x_<t), the state token t is generated
+from). Weights travel in Hugging Face names; with LoRA only the adapter
+travels (the env runner merges it into its base weights).
 """
 
 from __future__ import annotations
@@ -19,11 +23,15 @@ from __future__ import annotations
 from typing import Any, Dict
 
 import torch
+from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.utils.numpy import convert_to_numpy
 
 from rllib_agentgym.algorithms.losses import entropy_from_logits, logprobs_from_logits
+from rllib_agentgym.core import lora as lora_lib
 from rllib_agentgym.core.embedded import resolve_model_path
+
+VALUE_HEAD_PREFIX = "value_head."
 
 
 def load_causal_lm(model: str, dtype: str = "float32"):
@@ -33,31 +41,55 @@ def load_causal_lm(model: str, dtype: str = "float32"):
     return AutoModelForCausalLM.from_pretrained(resolve_model_path(model), dtype=torch_dtype)
 
 
+def _shift(x: torch.Tensor) -> torch.Tensor:
+    """Align per-position outputs with the token they predict: out[:, t] <- x[:, t-1], out[:, 0] = 0."""
+    return torch.cat([x.new_zeros(x.shape[0], 1), x], dim=1)
+
+
 def token_logprobs_and_entropy(
-    llm, input_ids, attention_mask, compute_entropy: bool = True, entropy_grad: bool = False
+    llm, input_ids, attention_mask, compute_entropy: bool = True, entropy_grad: bool = False, value_head=None
 ) -> Dict[str, torch.Tensor]:
-    """Per-token log-probs (and entropies) of `input_ids` under `llm`, shifted to the token's position."""
-    logits = llm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
-    logits = logits.float()
-    logprobs = logprobs_from_logits(logits, input_ids[:, 1:])
-    zero = logprobs.new_zeros(logprobs.shape[0], 1)
-    out = {"logprobs": torch.cat([zero, logprobs], dim=1)}
+    """Per-token log-probs (and entropies, values) of `input_ids` under `llm`."""
+    out_llm = llm(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=value_head is not None
+    )
+    logits = out_llm.logits[:, :-1].float()
+    out = {"logprobs": _shift(logprobs_from_logits(logits, input_ids[:, 1:]))}
     if compute_entropy:
         # A diagnostic unless an entropy bonus is trained (then it keeps its graph).
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            out["entropy"] = torch.cat([zero, entropy_from_logits(logits)], dim=1)
+            out["entropy"] = _shift(entropy_from_logits(logits))
+    if value_head is not None:
+        hidden = out_llm.hidden_states[-1][:, :-1]
+        out["values"] = _shift(value_head(hidden.to(value_head.weight.dtype)).squeeze(-1).float())
     return out
 
 
-class LLMRLModule(TorchRLModule):
+class LLMRLModule(TorchRLModule, ValueFunctionAPI):
     def setup(self):
         cfg = dict(self.model_config or {})
-        self.llm = load_causal_lm(cfg.get("model", "embedded"), cfg.get("dtype", "float32"))
+        llm = load_causal_lm(cfg.get("model", "embedded"), cfg.get("dtype", "float32"))
         if cfg.get("gradient_checkpointing"):
-            self.llm.gradient_checkpointing_enable()
-            self.llm.config.use_cache = False
+            llm.gradient_checkpointing_enable()
+            llm.config.use_cache = False
+        self._lora_cfg = cfg.get("lora") or None
+        if self._lora_cfg:
+            from peft import get_peft_model
+
+            llm = get_peft_model(llm, lora_lib.lora_config(self._lora_cfg))
+        self.llm = llm
+        self.value_head = None
+        if cfg.get("value_head"):
+            hidden = llm.config.get_text_config().hidden_size if hasattr(llm.config, "get_text_config") else llm.config.hidden_size
+            self.value_head = torch.nn.Linear(hidden, 1)
+            torch.nn.init.zeros_(self.value_head.weight)
+            torch.nn.init.zeros_(self.value_head.bias)
         self._compute_entropy = bool(cfg.get("compute_entropy", True))
         self._entropy_grad = bool(cfg.get("entropy_grad", False))
+
+    @property
+    def uses_lora(self) -> bool:
+        return bool(self._lora_cfg)
 
     def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
         with torch.no_grad():
@@ -65,13 +97,52 @@ class LLMRLModule(TorchRLModule):
 
     def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
         return token_logprobs_and_entropy(
-            self.llm, batch["input_ids"], batch["attention_mask"], self._compute_entropy, self._entropy_grad
+            self.llm,
+            batch["input_ids"],
+            batch["attention_mask"],
+            self._compute_entropy,
+            self._entropy_grad,
+            self.value_head,
         )
 
+    def compute_values(self, batch: Dict[str, Any], embeddings=None) -> torch.Tensor:
+        if self.value_head is None:
+            raise ValueError("this LLMRLModule has no value head (model_config value_head: true)")
+        return token_logprobs_and_entropy(
+            self.llm, batch["input_ids"], batch["attention_mask"], False, False, self.value_head
+        )["values"]
+
+    def reference_logprobs_context(self):
+        """With LoRA, the frozen reference is the base model: the adapter switched off."""
+        return self.llm.disable_adapter()
+
+    def hf_model(self):
+        """The plain transformers model (LoRA merged into a copy) for export."""
+        if not self.uses_lora:
+            return self.llm
+        import copy
+
+        return copy.deepcopy(self.llm).merge_and_unload()
+
+    # ---- state: HF names; LoRA: adapter only; value head under its prefix --------
+
     def get_state(self, components=None, *, not_components=None, inference_only: bool = False, **kwargs):
-        return convert_to_numpy(self.llm.state_dict())
+        if self.uses_lora:
+            state = lora_lib.adapter_state(self.llm)
+        else:
+            state = dict(self.llm.state_dict())
+        if self.value_head is not None and not inference_only:
+            state.update({VALUE_HEAD_PREFIX + k: v for k, v in self.value_head.state_dict().items()})
+        return convert_to_numpy(state)
 
     def set_state(self, state) -> None:
+        state = dict(state)
+        head = {k[len(VALUE_HEAD_PREFIX) :]: torch.as_tensor(state.pop(k)) for k in list(state) if k.startswith(VALUE_HEAD_PREFIX)}
+        if head and self.value_head is not None:
+            self.value_head.load_state_dict(head)
+        if self.uses_lora:
+            lora_lib.load_adapter_state(self.llm, state)
+            return
         tensors = {k: torch.as_tensor(v) for k, v in state.items()}
         missing, unexpected = self.llm.load_state_dict(tensors, strict=False)
         if unexpected:

@@ -48,6 +48,8 @@ class EnvSpec:
                    ``category(data_idx) -> str``.
     default_max_new_tokens: generation cap per turn a config may override.
     send_raw_text: the server parses the model text itself (Deep Search's tags).
+    accept_truncated: a response cut by max_new_tokens is still acted on (the
+                   default treats it as a format error: its action may be cut off).
     """
 
     name: str
@@ -58,6 +60,7 @@ class EnvSpec:
     tasks_module: str = ""
     default_max_new_tokens: int = 128
     send_raw_text: bool = False
+    accept_truncated: bool = False
     env_options: dict[str, Any] = field(default_factory=dict)
 
     def load_env_class(self) -> type:

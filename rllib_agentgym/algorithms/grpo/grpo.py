@@ -65,8 +65,22 @@ class GRPOConfig(AlgorithmConfig):
         self.loss_agg_mode = "token-mean"
         self.entropy_coeff = 0.0
         self.micro_batch_size = 4  # trajectories per forward/backward (gradient accumulation)
-        self.dynamic_sampling = False  # DAPO: drop groups whose rewards are all equal
+        self.dynamic_sampling = False  # DAPO: drop groups whose rewards are all equal, refill the batch
+        self.dynamic_sampling_max_rounds = 3  # extra sampling rounds at most, per iteration
         self.overlong_filter = False  # DAPO: mask trajectories cut by the length cap
+        # Periodic evaluation (`evaluation_interval`): greedy, one episode per task of the split
+        # in `evaluation_config: {env_config: {split}}` (default "test"); None: the whole split.
+        self.evaluation_num_tasks = None
+        self.kl_in_reward_coef = 0.0  # REINFORCE++ / PPO: -coef * KL_t in the token rewards
+        self.gamma = 1.0
+        self.lambda_ = 1.0
+        # PPO's critic (a value head on the LLM; used when advantage_estimator == "gae").
+        self.vf_lr = 1e-5
+        self.vf_loss_coeff = 0.5
+        self.vf_clip_param = 0.2
+        # LoRA through peft: {r, alpha, dropout, target_modules}; None trains all weights.
+        self.lora = None
+        self.weight_decay = 0.0
         # RLlib settings that fit LLM training.
         self.lr = 1e-6
         self.grad_clip = 1.0
@@ -94,7 +108,14 @@ class GRPOConfig(AlgorithmConfig):
         group_size: Optional[int] = NotProvided,
         tasks_per_iteration: Optional[int] = NotProvided,
         dynamic_sampling: Optional[bool] = NotProvided,
+        dynamic_sampling_max_rounds: Optional[int] = NotProvided,
         overlong_filter: Optional[bool] = NotProvided,
+        kl_in_reward_coef: Optional[float] = NotProvided,
+        vf_lr: Optional[float] = NotProvided,
+        vf_loss_coeff: Optional[float] = NotProvided,
+        vf_clip_param: Optional[float] = NotProvided,
+        lora: Optional[dict] = NotProvided,
+        weight_decay: Optional[float] = NotProvided,
         **kwargs,
     ) -> "GRPOConfig":
         super().training(**kwargs)
@@ -104,7 +125,9 @@ class GRPOConfig(AlgorithmConfig):
             kl_coef=kl_coef, kl_estimator=kl_estimator, loss_agg_mode=loss_agg_mode,
             entropy_coeff=entropy_coeff, micro_batch_size=micro_batch_size, group_size=group_size,
             tasks_per_iteration=tasks_per_iteration, dynamic_sampling=dynamic_sampling,
-            overlong_filter=overlong_filter,
+            dynamic_sampling_max_rounds=dynamic_sampling_max_rounds, overlong_filter=overlong_filter,
+            kl_in_reward_coef=kl_in_reward_coef, vf_lr=vf_lr, vf_loss_coeff=vf_loss_coeff,
+            vf_clip_param=vf_clip_param, lora=lora, weight_decay=weight_decay,
         ).items():
             if value is not NotProvided:
                 setattr(self, name, value)
@@ -118,6 +141,14 @@ class GRPOConfig(AlgorithmConfig):
             setattr(self, name, value)
         return self
 
+    def evaluation(self, *, evaluation_num_tasks: Optional[int] = NotProvided, **kwargs) -> "GRPOConfig":
+        """RLlib's evaluation settings, plus `evaluation_num_tasks` (tasks of the evaluation
+        split per periodic evaluation; None: all). A config dict's `evaluation_*` keys come here."""
+        super().evaluation(**kwargs)
+        if evaluation_num_tasks is not NotProvided:
+            self.evaluation_num_tasks = evaluation_num_tasks
+        return self
+
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         from rllib_agentgym.core.rl_module import LLMRLModule
 
@@ -128,6 +159,8 @@ class GRPOConfig(AlgorithmConfig):
                 "dtype": self.model_dtype,
                 "gradient_checkpointing": self.gradient_checkpointing,
                 "entropy_grad": bool(self.entropy_coeff),
+                "lora": self.lora,
+                "value_head": self.advantage_estimator == "gae",
             },
         )
 
@@ -156,6 +189,21 @@ class GRPOConfig(AlgorithmConfig):
             self.callbacks_class = [ScalingInterCallback, *callbacks]
 
 
+class AgentPPOConfig(GRPOConfig):
+    """PPO for LLM agents: a value head on the LLM, GAE, clipped value loss with its own lr.
+
+    Registered as `AgentPPO` so that `run: PPO` keeps meaning RLlib's own PPO.
+    """
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class or AgentPPO)
+        self.advantage_estimator = "gae"
+        self.group_size = 1
+        self.use_kl_loss = False
+        self.kl_in_reward_coef = 0.001
+        self.lambda_ = 0.95
+
+
 class GRPO(Algorithm):
     @classmethod
     def get_default_config(cls) -> GRPOConfig:
@@ -170,16 +218,62 @@ class GRPO(Algorithm):
     # ---- sampling ---------------------------------------------------------------
 
     def _sample(self) -> list[RolloutResult]:
+        """One sampling call. Its draw (tasks, seeds) is a pure function of (iteration, call
+        within it), so a restored run or a runner restarted mid-call replays it exactly.
+
+        A remote runner that dies mid-call is restarted by RLlib (`restart_failed_env_runners`);
+        it gets the current weights and horizon and redoes its share, so the iteration
+        completes. Shares that no runner could deliver count as dropped episodes.
+        """
         cfg = self.config
         group = self.env_runner_group
-        n_remote = group.num_healthy_remote_workers() if group is not None else 0
-        if n_remote == 0:
-            return [group.local_env_runner.sample(num_tasks=cfg.tasks_per_iteration)]
-        per_runner = math.ceil(cfg.tasks_per_iteration / n_remote)
-        return group.foreach_env_runner(
-            lambda runner: runner.sample(num_tasks=per_runner),
-            local_env_runner=False,
-        )
+        iteration, k = getattr(self, "_sample_call", (None, -1))
+        k = k + 1 if iteration == self.iteration else 0
+        self._sample_call = (self.iteration, k)
+        call = self.iteration * 1000 + k
+        if group.num_remote_env_runners() == 0:
+            return [group.local_env_runner.sample(num_tasks=cfg.tasks_per_iteration, call_index=call)]
+
+        def restore() -> list[int]:
+            restored = self.restore_env_runners(group)
+            if restored:
+                self._make_on_env_runners_recreated_callbacks(
+                    config=cfg, env_runner_group=group, restored_env_runner_indices=restored
+                )
+                group.sync_weights(from_worker_or_learner_group=self.learner_group, to_worker_indices=restored,
+                                   inference_only=True, timeout_seconds=600.0)
+            return restored
+
+        results: dict[int, RolloutResult] = {}
+
+        def sample_on(ids: list[int]) -> None:
+            for index, rollout in group.foreach_env_runner(
+                lambda runner: (runner.worker_index, runner.sample(num_tasks=per_runner, call_index=call)),
+                local_env_runner=False,
+                remote_worker_ids=ids,
+            ):
+                results[index] = rollout
+
+        ids = group.healthy_env_runner_ids()
+        per_runner = math.ceil(cfg.tasks_per_iteration / max(1, len(ids) or group.num_remote_env_runners()))
+        if ids:
+            sample_on(ids)
+        else:
+            ids = list(range(1, group.num_remote_env_runners() + 1))  # all down: wait for restarts below
+        # Ray restarts a dead runner's actor in seconds; wait for it up to the health-probe timeout.
+        deadline = time.monotonic() + cfg.env_runner_health_probe_timeout_s
+        while cfg.restart_failed_env_runners and len(results) < len(ids) and time.monotonic() < deadline:
+            print("DEBUG loop", time.strftime("%X"), results.keys(), ids, flush=True)
+            if restore():
+                sample_on([i for i in ids if i not in results])
+            else:
+                time.sleep(1.0)
+        print("DEBUG end", time.strftime("%X"), results.keys(), ids, deadline - time.monotonic(), flush=True)
+        rollouts = [results[i] for i in sorted(results)]
+        lost = (len(ids) - len(results)) * per_runner
+        if lost:
+            rollouts.append(RolloutResult(trajectories=[], num_dropped=lost * cfg.group_size, horizon=self._current_horizon))
+        return rollouts
 
     def training_step(self) -> None:
         cfg = self.config
@@ -187,7 +281,8 @@ class GRPO(Algorithm):
         rollouts = self._sample()
         trajectories = [t for r in rollouts for t in r.trajectories]
         self._log_rollout_metrics(rollouts, trajectories, time.perf_counter() - t_start)
-        trajectories = self._filter(trajectories)
+        if cfg.dynamic_sampling:
+            trajectories = self._dynamic_sampling(trajectories, rollouts)
         if trajectories:
             batch = self._build_batch(trajectories)
             learner_results = self.learner_group.update(
@@ -209,14 +304,33 @@ class GRPO(Algorithm):
             )
         self._write_trajectories(rollouts)
 
-    def _filter(self, trajectories: list[Trajectory]) -> list[Trajectory]:
-        if not self.config.dynamic_sampling or not trajectories:
-            return trajectories
+    @staticmethod
+    def _informative(trajectories: list[Trajectory]) -> list[Trajectory]:
+        """DAPO: only groups whose rewards differ carry a learning signal."""
+        if not trajectories:
+            return []
         rewards = torch.tensor([t.reward for t in trajectories])
         groups = torch.tensor([t.group_id for t in trajectories])
         keep = dynamic_sampling_keep_mask(rewards, groups)
-        self.metrics.log_value((ENV_RUNNER_RESULTS, "dynamic_sampling_kept_fraction"), float(keep.float().mean()), window=1)
         return [t for t, k in zip(trajectories, keep.tolist()) if k]
+
+    def _dynamic_sampling(self, trajectories: list[Trajectory], rollouts: list[RolloutResult]) -> list[Trajectory]:
+        """Drop uniform-reward groups and sample more tasks until the batch has
+        `tasks_per_iteration` informative groups or `dynamic_sampling_max_rounds` extra rounds ran."""
+        cfg = self.config
+        kept = self._informative(trajectories)
+        rounds = 0
+        while len({t.group_id for t in kept}) < cfg.tasks_per_iteration and rounds < cfg.dynamic_sampling_max_rounds:
+            rounds += 1
+            more = self._sample()
+            rollouts.extend(more)
+            kept += self._informative([t for r in more for t in r.trajectories])
+        groups = sorted({t.group_id for t in kept}, key=[t.group_id for t in kept].index)[: cfg.tasks_per_iteration]
+        kept = [t for t in kept if t.group_id in set(groups)]
+        key = ENV_RUNNER_RESULTS
+        self.metrics.log_value((key, "dynamic_sampling_rounds"), rounds, window=1)
+        self.metrics.log_value((key, "dynamic_sampling_groups_kept"), len(groups), window=1)
+        return kept
 
     def _build_batch(self, trajectories: list[Trajectory]) -> MultiAgentBatch:
         cfg = self.config
@@ -228,19 +342,62 @@ class GRPO(Algorithm):
 
             response_mask = overlong_mask(torch.as_tensor(arrays["truncated"]), response_mask)
             arrays["response_mask"] = response_mask.numpy()
-        kwargs: dict[str, Any] = dict(
-            rewards=torch.as_tensor(arrays["rewards"]),
-            group_ids=torch.as_tensor(arrays["group_ids"]),
-            response_mask=response_mask,
-        )
-        if cfg.advantage_estimator == "grpo":
-            kwargs["norm_by_std"] = cfg.norm_adv_by_std
-        advantages, _ = compute_advantages(cfg.advantage_estimator, **kwargs)
-        arrays["advantages"] = advantages.numpy().astype(np.float32)
-        for key in ("rewards", "group_ids", "truncated"):
+        if cfg.advantage_estimator in ("grpo", "rloo"):
+            # Group baselines need whole groups: computed here, before the batch is
+            # sharded across learners. Token-level estimators run in the learner.
+            kwargs: dict[str, Any] = dict(
+                rewards=torch.as_tensor(arrays["rewards"]),
+                group_ids=torch.as_tensor(arrays["group_ids"]),
+                response_mask=response_mask,
+            )
+            if cfg.advantage_estimator == "grpo":
+                kwargs["norm_by_std"] = cfg.norm_adv_by_std
+            advantages, _ = compute_advantages(cfg.advantage_estimator, **kwargs)
+            arrays["advantages"] = advantages.numpy().astype(np.float32)
+        else:
+            arrays["advantages"] = np.zeros_like(arrays["response_mask"])
+        for key in ("group_ids", "truncated"):
             arrays.pop(key)
         sample_batch = SampleBatch(arrays)
         return MultiAgentBatch({DEFAULT_MODULE_ID: sample_batch}, env_steps=len(trajectories))
+
+    # ---- evaluation (RLlib's `evaluation_interval`) ----------------------------------
+
+    @classmethod
+    def _should_create_evaluation_env_runners(cls, eval_config) -> bool:
+        """A separate evaluation EnvRunnerGroup (with its own inference engines) only for
+        `evaluation_num_env_runners > 0`; otherwise evaluation reuses the training runners
+        instead of loading the LLM a second time."""
+        return eval_config.evaluation_num_env_runners > 0
+
+    def evaluate(self, parallel_train_future=None) -> dict:
+        """Called by `Algorithm._run_one_evaluation` every `evaluation_interval` iterations;
+        what it returns lands under "evaluation" in the Tune result. Greedy Avg@1 per
+        category: see `rllib_agentgym.evaluation.evaluate_during_training`."""
+        import concurrent.futures
+
+        from ray.rllib.callbacks.utils import make_callback
+
+        from rllib_agentgym.evaluation import evaluate_during_training
+
+        if parallel_train_future is not None and self.eval_env_runner_group is None:
+            # `evaluation_parallel_to_training` without eval runners: the training
+            # runners are busy until the training step is done.
+            concurrent.futures.wait([parallel_train_future])
+        make_callback(
+            "on_evaluate_start",
+            callbacks_objects=self.callbacks,
+            callbacks_functions=self.config.callbacks_on_evaluate_start,
+            kwargs=dict(algorithm=self, metrics_logger=self.metrics),
+        )
+        results = evaluate_during_training(self)
+        make_callback(
+            "on_evaluate_end",
+            callbacks_objects=self.callbacks,
+            callbacks_functions=self.config.callbacks_on_evaluate_end,
+            kwargs=dict(algorithm=self, metrics_logger=self.metrics, evaluation_metrics=results),
+        )
+        return results
 
     # ---- metrics and logs -------------------------------------------------------
 
@@ -276,6 +433,10 @@ class GRPO(Algorithm):
             members = [t for t in trajectories if t.category == category]
             log((key, "success_rate_by_category", category), float(np.mean([t.success for t in members])), window=1)
         log((key, NUM_ENV_STEPS_SAMPLED_LIFETIME), env_steps, reduce="sum", clear_on_reduce=False)
+        # The same numbers, live, for the Ray dashboard / Prometheus (rllib_agentgym/metrics.py).
+        from rllib_agentgym.metrics import record_rollout, run_tags
+
+        record_rollout(stats, env_steps, latencies, run_tags(self.config.env, self.trial_id))
 
     def run_dir(self) -> str:
         """The trial's results dir (under Tune: the storage dir TensorBoard reads, not the
@@ -296,3 +457,9 @@ class GRPO(Algorithm):
         stride = max(1, len(summaries) // count)
         write_trajectories(self.run_dir(), self.iteration + 1, summaries[::stride][:count])
         log_iteration_extras(self.run_dir(), self.iteration + 1, summaries)
+
+
+class AgentPPO(GRPO):
+    @classmethod
+    def get_default_config(cls) -> AgentPPOConfig:
+        return AgentPPOConfig()

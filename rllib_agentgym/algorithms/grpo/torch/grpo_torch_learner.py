@@ -1,14 +1,18 @@
-"""GRPO's TorchLearner: clipped surrogate + KL to a frozen reference.
+"""The TorchLearner of GRPO and its relatives (RLOO, REINFORCE++, PPO).
 
 Per `update()` call (one training batch):
-  * with no gradient, the reference model's log-probs (for the KL term) and,
-    when the batch is used for more than one optimizer step, the policy's
-    log-probs before the update (pi_old of the importance ratio);
+  * with no gradient: the reference model's log-probs (KL term; with LoRA the
+    reference is the base model, adapter off), the policy's log-probs before
+    the update when the batch feeds more than one optimizer step (pi_old),
+    the values before the update (PPO), and the token-level advantages of the
+    estimators that need them (REINFORCE++'s KL-shaped returns, GAE). GRPO
+    and RLOO advantages arrive precomputed: they need whole groups, and
+    several learners each get only a shard of the batch.
   * per minibatch (RLlib's `minibatch_size` / `num_epochs` iterator): the
     minibatch is cut into micro-batches of `micro_batch_size` trajectories
-    whose gradients accumulate, normalized by the WHOLE minibatch's token and
-    sequence counts so that the sum equals the full-minibatch loss; then
-    gradient clipping and one optimizer step.
+    whose gradients accumulate, normalized by the whole minibatch's token and
+    sequence counts (summed over all learners under DDP) so that the sum is
+    the full-batch loss; then gradient clipping and one optimizer step.
 """
 
 from __future__ import annotations
@@ -24,20 +28,30 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.learner.training_data import TrainingData
 from ray.rllib.policy.sample_batch import MultiAgentBatch
 
-from rllib_agentgym.algorithms.losses import aggregate_loss, global_loss_counts, kl_penalty, policy_loss
+from rllib_agentgym.algorithms.advantages import compute_advantages, token_level_rewards
+from rllib_agentgym.algorithms.losses import (
+    aggregate_loss,
+    global_loss_counts,
+    kl_penalty,
+    policy_loss,
+    value_loss,
+)
 from rllib_agentgym.core.rl_module import token_logprobs_and_entropy
 
 POLICY_LOSS = "policy_loss"
+VF_LOSS = "vf_loss"
 KL = "kl"
 ENTROPY = "entropy"
+VALUE_OPTIMIZER = "value"
+TOKEN_LEVEL_ESTIMATORS = ("reinforce_plus_plus", "gae")
 
 
-def _micro_slices(batch_size: int, micro: int) -> list[slice]:
+def micro_slices(batch_size: int, micro: int) -> list[slice]:
     micro = max(1, int(micro or batch_size))
     return [slice(i, min(i + micro, batch_size)) for i in range(0, batch_size, micro)]
 
 
-def _trim_to_longest(batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+def trim_to_longest(batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """Cut right padding shared by every row of a micro-batch (saves compute)."""
     width = int(batch["attention_mask"].sum(dim=1).max().item())
     return {k: (v[:, :width] if v.dim() == 2 else v) for k, v in batch.items()}
@@ -47,47 +61,111 @@ class GRPOTorchLearner(TorchLearner):
     def build(self) -> None:
         super().build()
         self._ref_model = None
-        if self.config.use_kl_loss and self.config.kl_coef > 0:
-            # A frozen copy of the starting policy (DESIGN: KL to the reference).
-            self._ref_model = copy.deepcopy(self._llm()).eval()
+        if self._wants_reference() and not self._rl_module().uses_lora:
+            # A frozen copy of the starting policy (with LoRA: the base model, adapter off).
+            self._ref_model = copy.deepcopy(self._rl_module().llm).eval()
             for p in self._ref_model.parameters():
                 p.requires_grad_(False)
 
-    def _llm(self):
-        return self.module[DEFAULT_MODULE_ID].unwrapped().llm
+    def _wants_reference(self) -> bool:
+        cfg = self.config
+        return (cfg.use_kl_loss and cfg.kl_coef > 0) or (
+            cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS and cfg.kl_in_reward_coef > 0
+        )
+
+    def _rl_module(self):
+        return self.module[DEFAULT_MODULE_ID].unwrapped()
+
+    def configure_optimizers_for_module(self, module_id, config=None) -> None:
+        module = self._module[module_id].unwrapped() if hasattr(self._module[module_id], "unwrapped") else self._module[module_id]
+        head = list(module.value_head.parameters()) if getattr(module, "value_head", None) is not None else []
+        head_ids = {id(p) for p in head}
+        policy = [p for p in self.get_parameters(self._module[module_id]) if p.requires_grad and id(p) not in head_ids]
+        self.register_optimizer(
+            module_id=module_id,
+            optimizer=torch.optim.AdamW(policy, weight_decay=config.weight_decay),
+            params=policy,
+            lr_or_lr_schedule=config.lr,
+        )
+        if head:
+            # PPO's critic learns at its own rate.
+            self.register_optimizer(
+                module_id=module_id,
+                optimizer_name=VALUE_OPTIMIZER,
+                optimizer=torch.optim.AdamW(head, weight_decay=0.0),
+                params=head,
+                lr_or_lr_schedule=config.vf_lr,
+            )
 
     # ---- per-batch precomputation ----------------------------------------------
 
     @torch.no_grad()
-    def _logprobs_of(self, model, arrays: Dict[str, np.ndarray]) -> np.ndarray:
-        out = np.zeros(arrays["input_ids"].shape, dtype=np.float32)
-        n = arrays["input_ids"].shape[0]
-        for sl in _micro_slices(n, self.config.micro_batch_size):
+    def _forward_no_grad(self, model, arrays, value_head=None) -> Dict[str, np.ndarray]:
+        shape = arrays["input_ids"].shape
+        out = {"logprobs": np.zeros(shape, dtype=np.float32)}
+        if value_head is not None:
+            out["values"] = np.zeros(shape, dtype=np.float32)
+        for sl in micro_slices(shape[0], self.config.micro_batch_size):
             ids = torch.as_tensor(arrays["input_ids"][sl], device=self._device)
             mask = torch.as_tensor(arrays["attention_mask"][sl], device=self._device)
             width = int(mask.sum(dim=1).max().item())
-            lp = token_logprobs_and_entropy(model, ids[:, :width], mask[:, :width], compute_entropy=False)["logprobs"]
-            out[sl, :width] = lp.float().cpu().numpy()
+            res = token_logprobs_and_entropy(model, ids[:, :width], mask[:, :width], False, False, value_head)
+            for key in out:
+                out[key][sl, :width] = res[key].float().cpu().numpy()
         return out
 
     def update(self, batch: MultiAgentBatch | None = None, *, training_data: TrainingData | None = None, **kwargs):
         if training_data is None:
             training_data = TrainingData(batch=batch)
         training_data.solve_refs()
-        if training_data.batch is not None:
-            self._add_logprob_columns(training_data.batch, kwargs)
+        if training_data.batch is not None and DEFAULT_MODULE_ID in training_data.batch.policy_batches:
+            self._prepare_batch(training_data.batch.policy_batches[DEFAULT_MODULE_ID], kwargs)
         return super().update(training_data=training_data, **kwargs)
 
-    def _add_logprob_columns(self, batch: MultiAgentBatch, kwargs: Dict[str, Any]) -> None:
-        if DEFAULT_MODULE_ID in batch.policy_batches:
-            policy_batch = batch.policy_batches[DEFAULT_MODULE_ID]
-            was_training = self._llm().training
-            self._llm().eval()
-            if self._ref_model is not None:
-                policy_batch["ref_logprobs"] = self._logprobs_of(self._ref_model, policy_batch)
-            if self._needs_old_logprobs(policy_batch.count, kwargs):
-                policy_batch["old_logprobs"] = self._logprobs_of(self._llm(), policy_batch)
-            self._llm().train(was_training)
+    def _prepare_batch(self, policy_batch, kwargs: Dict[str, Any]) -> None:
+        cfg = self.config
+        module = self._rl_module()
+        was_training = module.llm.training
+        module.llm.eval()
+        try:
+            if self._wants_reference():
+                if module.uses_lora:
+                    with module.reference_logprobs_context():
+                        ref = self._forward_no_grad(module.llm, policy_batch)["logprobs"]
+                else:
+                    ref = self._forward_no_grad(self._ref_model, policy_batch)["logprobs"]
+                policy_batch["ref_logprobs"] = ref
+            needs_old = self._needs_old_logprobs(policy_batch.count, kwargs)
+            if needs_old or cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
+                current = self._forward_no_grad(module.llm, policy_batch, module.value_head)
+                policy_batch["old_logprobs"] = current["logprobs"]
+                if "values" in current:
+                    policy_batch["old_values"] = current["values"]
+            if cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
+                self._token_level_advantages(policy_batch)
+        finally:
+            module.llm.train(was_training)
+
+    def _token_level_advantages(self, policy_batch) -> None:
+        cfg = self.config
+        mask = torch.as_tensor(policy_batch["response_mask"])
+        rewards = torch.as_tensor(policy_batch["rewards"])
+        kl = None
+        if "ref_logprobs" in policy_batch and cfg.kl_in_reward_coef > 0:
+            kl = kl_penalty(torch.as_tensor(policy_batch["old_logprobs"]), torch.as_tensor(policy_batch["ref_logprobs"]), "k1")
+        if cfg.advantage_estimator == "reinforce_plus_plus":
+            adv, returns = compute_advantages(
+                "reinforce_plus_plus", rewards=rewards, response_mask=mask, kl_per_token=kl,
+                kl_coef=cfg.kl_in_reward_coef, gamma=cfg.gamma,
+            )
+        else:
+            token_rewards = token_level_rewards(rewards, mask, kl, cfg.kl_in_reward_coef)
+            adv, returns = compute_advantages(
+                "gae", token_rewards=token_rewards, values=torch.as_tensor(policy_batch["old_values"]),
+                response_mask=mask, gamma=cfg.gamma, lam=cfg.lambda_,
+            )
+        policy_batch["advantages"] = adv.float().numpy()
+        policy_batch["returns"] = returns.float().numpy()
 
     @staticmethod
     def _needs_old_logprobs(batch_size: int, kwargs: Dict[str, Any]) -> bool:
@@ -96,21 +174,33 @@ class GRPOTorchLearner(TorchLearner):
 
     # ---- one optimizer step over a minibatch ------------------------------------
 
+    def _global_counts(self, response_mask: torch.Tensor) -> Dict[str, int]:
+        counts = global_loss_counts(response_mask)
+        if self.config.num_learners > 1 and torch.distributed.is_initialized():
+            # DDP averages gradients over learners: normalize by the counts of the
+            # whole batch (all shards) and scale by the world size so the average
+            # is exactly the full-batch gradient.
+            t = torch.tensor([counts["global_token_count"], counts["global_seq_count"]], dtype=torch.float64)
+            torch.distributed.all_reduce(t)
+            counts = {"global_token_count": float(t[0]), "global_seq_count": float(t[1])}
+        return counts
+
     def _uncompiled_update(self, batch: Dict, **kwargs):
         module_batch = batch[DEFAULT_MODULE_ID]
-        counts = global_loss_counts(module_batch["response_mask"])
+        counts = self._global_counts(module_batch["response_mask"])
+        world = torch.distributed.get_world_size() if self.config.num_learners > 1 and torch.distributed.is_initialized() else 1
         n = module_batch["input_ids"].shape[0]
-        slices = _micro_slices(n, self.config.micro_batch_size)
+        slices = micro_slices(n, self.config.micro_batch_size)
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
         module = self.module[DEFAULT_MODULE_ID]
         total_loss = 0.0
         stats_sums: Dict[str, float] = {}
         for k, sl in enumerate(slices):
-            micro = _trim_to_longest({key: v[sl] for key, v in module_batch.items()})
+            micro = trim_to_longest({key: v[sl] for key, v in module_batch.items()})
             # Under DDP, all-reduce gradients only on the last micro-batch.
             sync = contextlib.nullcontext()
-            if self.config.num_learners > 1 and k < len(slices) - 1 and hasattr(module, "no_sync"):
+            if world > 1 and k < len(slices) - 1 and hasattr(module, "no_sync"):
                 sync = module.no_sync()
             with sync:
                 fwd_out = module.forward_train(micro)
@@ -118,22 +208,20 @@ class GRPOTorchLearner(TorchLearner):
                 loss = self.compute_loss_for_module(
                     module_id=DEFAULT_MODULE_ID, config=self.config, batch=micro, fwd_out=fwd_out
                 )
-                loss.backward()
+                (loss * world).backward()
             total_loss += float(loss.detach())
             weight = micro["input_ids"].shape[0] / n
             for name, value in self._last_stats.items():
                 stats_sums[name] = stats_sums.get(name, 0.0) + weight * float(value)
         grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
-        postprocessed = self.postprocess_gradients(grads)
-        self.apply_gradients(postprocessed)
+        self.apply_gradients(self.postprocess_gradients(grads))
         for name, value in stats_sums.items():
             self.metrics.log_value((DEFAULT_MODULE_ID, name), value, window=1)
-        loss_tensor = torch.tensor(total_loss)
-        return {}, {DEFAULT_MODULE_ID: loss_tensor}, {}
+        return {}, {DEFAULT_MODULE_ID: torch.tensor(total_loss)}, {}
 
     def compute_loss_for_module(self, *, module_id, config, batch: Dict[str, Any], fwd_out: Dict[str, Any]):
-        """Clipped surrogate + kl_coef * KL(pi || pi_ref) - entropy_coeff * H, aggregated per
-        `loss_agg_mode` with the whole minibatch's counts (so micro-batch losses add up)."""
+        """L = clipped surrogate + kl_coef * KL(pi || pi_ref) - entropy_coeff * H [+ vf_loss_coeff * L_V],
+        each aggregated per `loss_agg_mode` with the whole minibatch's counts."""
         cfg = config
         counts = getattr(self, "_loss_counts", None) or global_loss_counts(batch["response_mask"])
         mask = batch["response_mask"]
@@ -149,15 +237,24 @@ class GRPOTorchLearner(TorchLearner):
             loss_agg_mode=cfg.loss_agg_mode,
             **counts,
         )
-        out = {POLICY_LOSS: loss.detach(), **{k: v for k, v in stats.items()}}
+        out = {POLICY_LOSS: loss.detach(), **stats}
         if "ref_logprobs" in batch:
             kl = aggregate_loss(kl_penalty(logprobs, batch["ref_logprobs"], cfg.kl_estimator), mask, cfg.loss_agg_mode, **counts)
-            loss = loss + cfg.kl_coef * kl
+            if cfg.use_kl_loss and cfg.kl_coef > 0:
+                loss = loss + cfg.kl_coef * kl
             out[KL] = kl.detach()
         if "entropy" in fwd_out:
             entropy = aggregate_loss(fwd_out["entropy"], mask, cfg.loss_agg_mode, **counts)
             out[ENTROPY] = entropy.detach()
             if cfg.entropy_coeff:  # the module keeps the entropy's graph when this is set
                 loss = loss - cfg.entropy_coeff * entropy
+        if "values" in fwd_out and "returns" in batch:
+            vf, vf_stats = value_loss(
+                fwd_out["values"], batch["old_values"], batch["returns"], mask,
+                clip_range=cfg.vf_clip_param, loss_agg_mode="token-mean", **counts,
+            )
+            loss = loss + cfg.vf_loss_coeff * vf
+            out[VF_LOSS] = vf.detach()
+            out.update(vf_stats)
         self._last_stats = out
         return loss
