@@ -70,8 +70,15 @@ def embedded_model_path(config: EmbeddedModelConfig | None = None) -> Path:
 
 
 def resolve_model_path(model: str) -> str:
-    """`"embedded"` -> the built folder; anything else (a path or hub id) as is."""
-    return str(embedded_model_path()) if model == EMBEDDED_NAME else model
+    """`"embedded"` -> the built folder; an RLlib checkpoint dir -> its exported policy
+    (a warm start); anything else (a model folder or hub id) as is."""
+    if model == EMBEDDED_NAME:
+        return str(embedded_model_path())
+    from rllib_agentgym.export import exported_model_path, is_rllib_checkpoint
+
+    if is_rllib_checkpoint(model):
+        return str(exported_model_path(model))
+    return model
 
 
 def build_tokenizer(vocab_size: int):

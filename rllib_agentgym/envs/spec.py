@@ -34,6 +34,11 @@ def parse_react_action(text: str) -> str | None:
     return None
 
 
+def format_react(thought: str, action: str) -> str:
+    """An expert step as the model should write it: ``Thought: ...\nAction: ...``."""
+    return f"Thought: {thought}\nAction: {action}"
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """Agent-side description of an env family.
@@ -50,6 +55,8 @@ class EnvSpec:
     send_raw_text: the server parses the model text itself (Deep Search's tags).
     accept_truncated: a response cut by max_new_tokens is still acted on (the
                    default treats it as a format error: its action may be cut off).
+    format_response: (thought, action) of an expert step -> the model turn that
+                   expresses it (expert trajectories for SFT use it).
     """
 
     name: str
@@ -61,6 +68,7 @@ class EnvSpec:
     default_max_new_tokens: int = 128
     send_raw_text: bool = False
     accept_truncated: bool = False
+    format_response: Callable[[str, str], str] = format_react
     env_options: dict[str, Any] = field(default_factory=dict)
 
     def load_env_class(self) -> type:

@@ -35,6 +35,7 @@ def parse_tagged_action(text: str) -> str | None:
 
 
 SPEC = EnvSpec(
+    format_response=lambda thought, action: action,  # the expert's action is the whole turn
     name="searchqa",
     env_class="envs.searchqa.env:SearchQAEnv",
     server_module="envs.searchqa",

@@ -58,7 +58,13 @@ def parse_fenced_action(text: str) -> str | None:
     return action or None
 
 
+def format_fenced(thought: str, action: str) -> str:
+    """An expert step in AgentGym's WebArena form."""
+    return f"{thought} In summary, the next action I will perform is ```{action}```"
+
+
 SPEC = EnvSpec(
+    format_response=format_fenced,
     name="webarena",
     env_class="envs.webarena.env:WebArenaEnv",
     server_module="envs.webarena",

@@ -1,0 +1,1 @@
+"""Conversation data: expert trajectories and their token-level form for SFT."""

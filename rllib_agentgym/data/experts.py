@@ -1,0 +1,90 @@
+"""Expert trajectories from each env family's scripted expert, as conversations.
+
+    python -m rllib_agentgym.data.experts --env agentgym/textcraft --split train --num 200 --out tc.jsonl
+
+Each family's `envs/<name>/expert.py` has an `ExpertAgent(env)` whose
+`act(observation) -> (thought, action)` plays the task in-process; the
+family's spec turns a step into the model turn (`EnvSpec.format_response`,
+e.g. ReAct "Thought: ...\\nAction: ..."). Only successful episodes are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+from typing import Any, Iterator
+
+from rllib_agentgym.envs.registry import family_name, get_spec
+
+logger = logging.getLogger(__name__)
+
+
+def expert_episode(spec, env, data_idx: int, max_steps: int = 100) -> dict[str, Any] | None:
+    """Play one task with the family's expert; the conversation if it succeeded, else None."""
+    expert_cls = importlib.import_module(f"{spec.server_module}.expert").ExpertAgent
+    observation = env.reset(int(data_idx))
+    messages = [{"role": "system", "content": spec.instruction}, {"role": "user", "content": observation}]
+    try:
+        agent = expert_cls(env)
+        reward, success = 0.0, False
+        for _ in range(max_steps):
+            thought, action = agent.act(observation)
+            messages.append({"role": "assistant", "content": spec.format_response(thought, action)})
+            step = env.step(action)
+            reward += float(step.reward)
+            success = success or bool(step.info.get("success", False))
+            if step.done:
+                break
+            observation = step.observation
+            messages.append({"role": "user", "content": observation})
+    except Exception as exc:  # an expert that gives up (e.g. BabyAI's bot guard) loses this task only
+        logger.info("expert gave up on %s task %d: %s", spec.name, data_idx, exc)
+        return None
+    if not success:
+        return None
+    return {
+        "item_id": f"{spec.name}_{data_idx}",
+        "env": spec.name,
+        "data_idx": int(data_idx),
+        "category": spec.category(data_idx),
+        "reward": reward,
+        "success": success,
+        "messages": messages,
+    }
+
+
+def expert_conversations(env: str, split: str = "train", num: int = 100, max_steps: int = 100,
+                         env_options: dict | None = None) -> Iterator[dict[str, Any]]:
+    """Up to `num` successful expert conversations, over the split's tasks in order."""
+    spec = get_spec(env)
+    instance = spec.load_env_class()(**{**spec.env_options, **(env_options or {})})
+    produced = 0
+    try:
+        for data_idx in spec.split_ids(split):
+            if produced >= num:
+                break
+            episode = expert_episode(spec, instance, data_idx, max_steps)
+            if episode is not None:
+                produced += 1
+                yield episode
+    finally:
+        instance.close()
+
+
+def main(argv=None) -> None:
+    from rllib_agentgym.data.conversations import write_jsonl
+
+    parser = argparse.ArgumentParser(description="write expert conversations (JSONL) for SFT")
+    parser.add_argument("--env", required=True, help="e.g. agentgym/textcraft")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--num", type=int, default=100)
+    parser.add_argument("--max-steps", type=int, default=100)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    n = write_jsonl(args.out, expert_conversations(args.env, args.split, args.num, args.max_steps))
+    print(f"wrote {n} {family_name(args.env)} expert conversations to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
