@@ -4,6 +4,7 @@
     rllib train --algo GRPO --env agentgym/textcraft --config JSON --stop JSON
     rllib view RUN_DIR        the trajectory viewer (a local web page)
     rllib plot RUN_DIR        PNG training curves
+    rllib evaluate CHECKPOINT_OR_MODEL --env agentgym/textcraft [--k 4 --temperature 1.0 --json OUT --markdown OUT]
 """
 
 from __future__ import annotations
@@ -96,12 +97,39 @@ def _plot_parser(sub) -> None:
     p.add_argument("--out", default=None, help="output dir (default RUN_DIR/plots)")
 
 
+def _evaluate_parser(sub) -> None:
+    p = sub.add_parser("evaluate", help="Avg@k / Pass@k of a checkpoint or model, per task category")
+    p.add_argument("source", help="an Algorithm checkpoint dir, a trial dir (its latest checkpoint), a model dir, a hub id, or `embedded`")
+    p.add_argument("--env", default=None, help="e.g. agentgym/textcraft (default: the checkpoint's)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--k", type=int, default=1, help="samples per task")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--max-turns", type=int, default=None, help="horizon (default: the checkpoint's max_turns, or 10)")
+    p.add_argument("--num-tasks", type=int, default=None, help="tasks spread over the split (default: all)")
+    p.add_argument("--engine", choices=["vllm", "hf", "auto"], default=None, help="inference engine")
+    p.add_argument("--env-config", default=None, help="JSON env_config, e.g. '{\"server_url\": \"http://...\"}'")
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--batch-episodes", type=int, default=32, help="episodes per generation batch")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the full report (per task too) as JSON")
+    p.add_argument("--markdown", default=None, help="write the table as Markdown")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _export_parser(sub) -> None:
+    p = sub.add_parser("export", help="write a checkpoint's policy as a Hugging Face model folder")
+    p.add_argument("checkpoint")
+    p.add_argument("--to", required=True, dest="out", help="output folder")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rllib", description="rllib-agentgym: train LLM agents with RLlib")
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
     _view_parser(sub)
     _plot_parser(sub)
+    _evaluate_parser(sub)
+    _export_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
@@ -111,11 +139,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             view_main(args.run_dir, host=args.host, port=args.port, open_browser=args.open)
             return 0
+        if args.command == "export":
+            from rllib_agentgym.export import export_checkpoint
+
+            print(export_checkpoint(args.checkpoint, args.out))
+            return 0
         if args.command == "plot":
             from rllib_agentgym.plotting import plot_main
 
             plot_main(args.run_dir, args.out)
             return 0
+        if args.command == "evaluate":
+            from rllib_agentgym.evaluation import evaluate_main
+
+            return evaluate_main(args)
     except SpecError as exc:
         print(f"rllib: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,219 @@
+"""Evaluation: Avg@k / Pass@k (pure), `rllib evaluate` on a checkpoint, periodic evaluation
+in the Tune result (`evaluation_interval`), and the ray.util.metrics export."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+from rllib_agentgym.evaluation import (
+    EvalReport,
+    TaskOutcome,
+    avg_at_k,
+    evaluation_split,
+    load_policy,
+    outcomes_from_trajectories,
+    pass_at_k,
+    score,
+    select_tasks,
+)
+
+# ---- pure functions ---------------------------------------------------------------
+
+
+def test_avg_and_pass_at_k_hand_computed():
+    # 3 tasks, k = 4: successes 2/4, 0/4, 4/4.
+    s = [[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]]
+    assert avg_at_k(s) == pytest.approx((0.5 + 0.0 + 1.0) / 3)  # = 6 / 12 samples
+    assert pass_at_k(s) == pytest.approx(2 / 3)
+    # k = 1: both are the plain success rate.
+    assert avg_at_k([[1], [0], [0], [1]]) == pass_at_k([[1], [0], [0], [1]]) == 0.5
+    # A task whose samples were all dropped does not count; no task at all is NaN.
+    assert avg_at_k([[1, 1], []]) == 1.0 and pass_at_k([[0, 0], []]) == 0.0
+    assert math.isnan(avg_at_k([])) and math.isnan(pass_at_k([[]]))
+
+
+def test_score_per_category_and_report():
+    outcomes = [
+        TaskOutcome(0, "depth 1", [True, False], [1.0, 0.0], [2, 3]),
+        TaskOutcome(5, "depth 1", [False, False], [0.0, 0.0], [3, 3]),
+        TaskOutcome(9, "depth 10", [True, True], [1.0, 1.0], [1, 1]),
+        TaskOutcome(7, "depth 2", [False, True], [0.0, 1.0], [3, 2]),
+    ]
+    s = score(outcomes)
+    assert list(s["categories"]) == ["depth 1", "depth 2", "depth 10"]  # natural order
+    d1 = s["categories"]["depth 1"]
+    assert d1["avg_at_k"] == pytest.approx(0.25) and d1["pass_at_k"] == pytest.approx(0.5)
+    assert d1["num_tasks"] == 2 and d1["num_episodes"] == 4
+    assert s["overall"]["avg_at_k"] == pytest.approx(4 / 8) and s["overall"]["pass_at_k"] == pytest.approx(3 / 4)
+    assert s["overall"]["turns_mean"] == pytest.approx(18 / 8)
+
+    report = EvalReport(model="m", env="textcraft", split="test", k=2, temperature=1.0, max_turns=3, scores=s,
+                        tasks=outcomes)
+    table = report.markdown().splitlines()
+    assert table[2] == "| Model | Metric | depth 1 (n=2) | depth 2 (n=1) | depth 10 (n=1) | Overall (n=4) |"
+    assert table[4] == "| m | Avg@2 | 25.00 | 50.00 | 100.00 | 50.00 |"
+    assert table[5] == "| m | Pass@2 | 50.00 | 100.00 | 100.00 | 75.00 |"
+    data = report.to_json()
+    assert data["overall"]["pass_at_k"] == 0.75 and data["tasks"][0]["successes"] == [True, False]
+    json.dumps(data, allow_nan=False)
+
+
+def test_outcomes_group_trajectories_by_task():
+    class T:
+        def __init__(self, idx, success):
+            self.data_idx, self.category, self.success, self.reward, self.num_turns = idx, "c", success, float(success), 1
+
+    outcomes = outcomes_from_trajectories([T(3, True), T(1, False), T(3, False)])
+    assert [(o.data_idx, o.successes) for o in outcomes] == [(3, [True, False]), (1, [False])]
+
+
+def test_select_tasks_spreads_over_the_split():
+    ids = list(range(100, 110))
+    assert select_tasks(ids, None) == ids and select_tasks(ids, 50) == ids
+    assert select_tasks(ids, 3) == [100, 104, 109]
+    assert select_tasks(ids, 1) == [100]
+
+
+def test_evaluation_split_rule():
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+    assert evaluation_split(GRPOConfig()) == "test"
+    cfg = GRPOConfig().evaluation(evaluation_config={"env_config": {"split": "dev"}})
+    assert evaluation_split(cfg) == "dev"
+
+
+def test_load_policy_model_path_and_missing_dir(tmp_path):
+    assert load_policy("embedded").model_path == "embedded" and load_policy("embedded").weights is None
+    with pytest.raises(FileNotFoundError):
+        load_policy(str(tmp_path / "nope"))
+
+
+# ---- one real training iteration: periodic evaluation, dashboard metrics, checkpoint ------
+
+BUDGET = dict(inference_engine="hf", max_model_len=1024, max_new_tokens=8, max_turns=1)
+
+
+@pytest.fixture(scope="module")
+def trained(ray_local, tmp_path_factory):
+    """GRPO on TextCraft, 1 iteration with evaluation_interval=1 (2 test tasks, 2 turns)."""
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+    config = (
+        GRPOConfig()
+        .environment("agentgym/textcraft")
+        .llm(**BUDGET)
+        .training(group_size=2, tasks_per_iteration=1, lr=1e-3)
+        .evaluation(evaluation_interval=1, evaluation_config={"max_turns": 2}, evaluation_num_tasks=2)
+        .debugging(seed=0)
+    )
+    config.log_trajectories = 0
+    algo = config.build_algo()
+    try:
+        assert algo.eval_env_runner_group is None  # evaluation reuses the training runner's engine
+        result = algo.train()
+        # Mark the learner's weights so a checkpoint's weights are told apart from the base model's.
+        algo.learner_group.foreach_learner(
+            lambda learner: learner.module["default_policy"].llm.model.layers[0].self_attn.q_proj.weight.data.mul_(0.5)
+        )
+        checkpoint = algo.save_to_path(str(tmp_path_factory.mktemp("ckpt") / "checkpoint"))
+        module_state = algo.learner_group.get_state()["learner"]["rl_module"]["default_policy"]
+        horizon_after = algo.env_runner_group.local_env_runner.get_max_turns()
+    finally:
+        algo.stop()
+    return dict(result=result, checkpoint=checkpoint, module_state=module_state, horizon_after=horizon_after)
+
+
+def test_periodic_evaluation_is_in_the_tune_result(trained):
+    result = trained["result"]
+    ev = result["evaluation"]["env_runners"]
+    assert ev["num_tasks"] == 2 and ev["num_episodes"] == 2 and ev["horizon"] == 2
+    assert 0.0 <= ev["success_rate"] <= 1.0 and 1 <= ev["num_turns_mean"] <= 2
+    from rllib_agentgym.envs.registry import get_spec
+
+    spec = get_spec("textcraft")
+    tasks = select_tasks(spec.split_ids("test"), 2)
+    assert set(ev["success_rate_by_category"]) == {spec.category(i) for i in tasks}
+    # Training kept its own horizon and its own episodes.
+    assert result["env_runners"]["horizon"] == 1 and trained["horizon_after"] == 1
+    assert result["env_runners"]["num_episodes"] == 2
+
+
+def test_ray_metrics_reach_the_prometheus_export(trained):
+    """The run recorded ray.util.metrics objects; the node's metrics agent exports them."""
+    import httpx
+    import ray
+
+    from rllib_agentgym.metrics import PREFIX, run_metrics
+
+    assert run_metrics().rollout_tokens_per_s is not None
+    port = ray._private.worker.global_worker.node.metrics_export_port
+    wanted = {f"ray_{PREFIX}{n}" for n in ("rollout_tokens_per_s", "env_step_latency_ms_count", "horizon",
+                                           "success_rate", "eval_success_rate", "generated_tokens_total")}
+    found: set = set()
+    deadline = time.monotonic() + 60  # the agent exports every ~10 s
+    while time.monotonic() < deadline and found != wanted:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        found = {line.split("{")[0] for line in text.splitlines() if line.startswith(f"ray_{PREFIX}")} & wanted
+        time.sleep(2)
+    assert found == wanted
+    horizon = [line for line in text.splitlines() if line.startswith(f"ray_{PREFIX}horizon{{")]
+    assert horizon and 'env="textcraft"' in horizon[0] and horizon[0].endswith(" 1.0")
+
+
+def test_evaluate_cli_on_the_checkpoint(trained, tmp_path, capsys):
+    from rllib_agentgym.cli import main
+
+    ckpt = trained["checkpoint"]
+    policy = load_policy(ckpt)
+    # The learner's weights, read straight from the checkpoint's RLModule folder.
+    assert policy.model_path == "embedded" and policy.algo_config["env"] == "agentgym/textcraft"
+    assert set(policy.weights) == set(trained["module_state"])
+    for name, value in trained["module_state"].items():
+        np.testing.assert_array_equal(policy.weights[name], value)
+    # A Tune trial dir stands for its latest checkpoint.
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    (trial / "checkpoint_000001").symlink_to(ckpt)
+    assert load_policy(str(trial)).weights.keys() == policy.weights.keys()
+
+    out_json, out_md = tmp_path / "eval.json", tmp_path / "eval.md"
+    code = main(["evaluate", ckpt, "--engine", "hf", "--k", "2", "--temperature", "1.0", "--num-tasks", "2",
+                 "--max-turns", "1", "--max-new-tokens", "8", "--json", str(out_json), "--markdown", str(out_md),
+                 "--no-progress"])
+    assert code == 0
+    data = json.loads(out_json.read_text())
+    assert data["env"] == "textcraft" and data["split"] == "test" and data["k"] == 2
+    assert data["overall"]["num_tasks"] == 2 and data["overall"]["num_episodes"] == 4
+    assert [len(t["successes"]) for t in data["tasks"]] == [2, 2]
+    table = out_md.read_text()
+    assert "| checkpoint | Avg@2 |" in table and "| checkpoint | Pass@2 |" in table and "Overall (n=2)" in table
+    assert table in capsys.readouterr().out
+
+
+def test_checkpoint_weights_reach_the_engine(trained):
+    """`rllib evaluate` generates with the trained weights, not the base model's."""
+    import torch
+
+    from rllib_agentgym.evaluation import build_runner
+
+    policy = load_policy(trained["checkpoint"])
+    runner = build_runner(policy, env=None, split="test", temperature=0.0, max_turns=1, engine="hf",
+                          env_config=None, seed=0, max_new_tokens=8)
+    try:
+        runner._ensure_engine()
+        engine_state = runner._engine._model.state_dict()
+        name = "model.layers.0.self_attn.q_proj.weight"
+        assert torch.equal(engine_state[name], torch.as_tensor(policy.weights[name]))
+        from rllib_agentgym.core.rl_module import load_causal_lm
+
+        assert not torch.equal(engine_state[name], load_causal_lm("embedded").state_dict()[name])
+    finally:
+        runner.stop()
+    with open(f"{trained['checkpoint']}/class_and_ctor_args.pkl", "rb") as fh:
+        assert pickle.load(fh)["ctor_args_and_kwargs"][0][0]["model_path"] == "embedded"

@@ -1,0 +1,116 @@
+"""AgentSFT on expert conversations, LoRA, `rllib export`, and warm-starting GRPO from a checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+from rllib_agentgym.algorithms.sft.sft import AgentSFTConfig
+from rllib_agentgym.cli import main
+from rllib_agentgym.core.chat import ChatFormat
+from rllib_agentgym.data.conversations import load_jsonl, normalize, tokenize, write_jsonl
+from rllib_agentgym.data.experts import expert_conversations
+from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner
+from rllib_agentgym.export import POLICY_SUBDIR
+
+LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+
+
+def test_expert_conversations_tokenize_with_rl_masks(embedded_model, tmp_path):
+    rows = list(expert_conversations("agentgym/textcraft", "train", num=3))
+    assert len(rows) == 3 and all(r["success"] for r in rows)
+    path = tmp_path / "tc.jsonl"
+    assert write_jsonl(path, rows) == 3
+    # AgentGym's format loads to the same messages.
+    agentgym = [{"conversations": [{"from": {"user": "human", "assistant": "gpt"}[m["role"]], "value": m["content"]}
+                                   for m in rows[0]["messages"][1:]]}]
+    write_jsonl(tmp_path / "ag.jsonl", agentgym)
+    assert [m["content"] for m in load_jsonl(tmp_path / "ag.jsonl")[0]] == [m["content"] for m in rows[0]["messages"][1:]]
+
+    tok = AutoTokenizer.from_pretrained(embedded_model)
+    chat = ChatFormat.from_tokenizer(tok)
+    ids, mask = tokenize(tok, chat, load_jsonl(path)[0])
+    assert len(ids) == len(mask)
+    trained = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=True)
+    assistant = [m["content"] for m in rows[0]["messages"] if m["role"] == "assistant"]
+    assert trained == "".join(assistant)
+    # The whole is the chat template's rendering (up to the text after the final eos).
+    messages = [{"role": m["role"], "content": m["content"]} for m in rows[0]["messages"]]
+    tail = chat.after_assistant[len(chat.eos_text):]
+    assert tok.decode(ids) + tail == tok.apply_chat_template(messages, tokenize=False)
+
+
+def _sft(tmp_path, lora=None, iterations=3):
+    cfg = (
+        AgentSFTConfig()
+        .environment("agentgym/textcraft")
+        .training(sft_expert={"num": 8}, sft_batch_size=4, lr=1e-3, micro_batch_size=4, lora=lora)
+        .debugging(seed=0)
+    )
+    algo = cfg.build_algo()
+    losses = [algo.train()["learners"]["default_policy"]["sft_loss"] for _ in range(iterations)]
+    path = algo.save(str(tmp_path / "ckpt")).checkpoint.path
+    algo.stop()
+    return losses, path
+
+
+def test_sft_lowers_loss_and_grpo_warm_starts_from_its_checkpoint(ray_local, tmp_path, embedded_model):
+    losses, ckpt = _sft(tmp_path)
+    assert losses[-1] < losses[0]
+
+    out = tmp_path / "hf"
+    assert main(["export", ckpt, "--to", str(out)]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(out)
+    base = AutoModelForCausalLM.from_pretrained(embedded_model)
+    key = "model.layers.0.mlp.up_proj.weight"
+    assert not torch.equal(exported.state_dict()[key], base.state_dict()[key])  # the SFT weights, not the base
+
+    # model_path: <checkpoint> starts GRPO's learner and runner from the SFT policy.
+    cfg = GRPOConfig().environment("agentgym/textcraft").llm(model_path=ckpt, inference_engine="hf", group_size=1, max_turns=1,
+                                                             max_new_tokens=4)
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    try:
+        runner.sample(num_tasks=1)
+        engine_weights = runner._engine._model.state_dict()[key]
+    finally:
+        runner.stop()
+    assert torch.equal(engine_weights, exported.state_dict()[key])
+
+
+def test_lora_trains_only_the_adapter_and_export_merges_it(ray_local, tmp_path, embedded_model):
+    losses, ckpt = _sft(tmp_path, lora=LORA, iterations=2)
+    assert losses[-1] < losses[0]
+    import pickle
+
+    with open(f"{ckpt}/{POLICY_SUBDIR}/module_state.pkl", "rb") as fh:
+        state = pickle.load(fh)
+    assert state and all(".lora_" in k for k in state)  # the checkpoint holds only the adapter
+    assert sum(v.size for v in state.values()) < 0.05 * sum(
+        p.numel() for p in AutoModelForCausalLM.from_pretrained(embedded_model).parameters())
+
+    out = tmp_path / "merged"
+    assert main(["export", ckpt, "--to", str(out)]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    module = RLModule.from_checkpoint(f"{ckpt}/{POLICY_SUBDIR}")
+    ids = torch.tensor([[1, 392, 262, 201, 41, 81, 324]])
+    with torch.no_grad():
+        assert torch.allclose(module.llm(ids).logits, merged(ids).logits, atol=1e-4)
+
+    # The env runner merges the adapter it receives into its base weights: same model.
+    cfg = GRPOConfig().environment("agentgym/textcraft").llm(inference_engine="hf", group_size=1, max_turns=1,
+                                                             max_new_tokens=4).training(lora=LORA)
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    try:
+        runner.sample(num_tasks=1)
+        runner.set_weights(module.get_state(inference_only=True))
+        with torch.no_grad():
+            assert torch.allclose(runner._engine._model(ids).logits, merged(ids).logits, atol=1e-4)
+    finally:
+        runner.stop()
