@@ -46,9 +46,19 @@ VALUE_OPTIMIZER = "value"
 TOKEN_LEVEL_ESTIMATORS = ("reinforce_plus_plus", "gae")
 
 
-def micro_slices(batch_size: int, micro: int) -> list[slice]:
-    micro = max(1, int(micro or batch_size))
-    return [slice(i, min(i + micro, batch_size)) for i in range(0, batch_size, micro)]
+def micro_batches_by_length(lengths, micro: int) -> list[np.ndarray]:
+    """Row indices of the micro-batches: rows sorted longest first, cut into groups of `micro`.
+
+    Each micro-batch is trimmed to its longest row, so in batch order one long
+    trajectory pads every short one beside it; grouping rows of similar length
+    removes most of that padding (benchmarks/learner.py measures it). Every
+    micro-batch loss is normalized by the whole minibatch's counts, so the
+    summed loss and gradient do not depend on the grouping.
+    """
+    lengths = np.asarray(lengths)
+    micro = max(1, int(micro or len(lengths)))
+    order = np.argsort(-lengths, kind="stable")
+    return [order[i : i + micro] for i in range(0, len(order), micro)]
 
 
 def trim_to_longest(batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -58,14 +68,20 @@ def trim_to_longest(batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
 
 
 class GRPOTorchLearner(TorchLearner):
+    """Handles every LLM module of the MultiRLModule (one for single-agent runs, one per
+    policy in multi-agent ones); each module's batch is normalized on its own."""
+
     def build(self) -> None:
         super().build()
-        self._ref_model = None
-        if self._wants_reference() and not self._rl_module().uses_lora:
-            # A frozen copy of the starting policy (with LoRA: the base model, adapter off).
-            self._ref_model = copy.deepcopy(self._rl_module().llm).eval()
-            for p in self._ref_model.parameters():
-                p.requires_grad_(False)
+        self._ref_models = {}
+        if self._wants_reference():
+            for module_id in self.module.keys():
+                if not self._rl_module(module_id).uses_lora:
+                    # A frozen copy of the starting policy (with LoRA: the base model, adapter off).
+                    ref = copy.deepcopy(self._rl_module(module_id).llm).eval()
+                    for p in ref.parameters():
+                        p.requires_grad_(False)
+                    self._ref_models[module_id] = ref
 
     def _wants_reference(self) -> bool:
         cfg = self.config
@@ -73,8 +89,8 @@ class GRPOTorchLearner(TorchLearner):
             cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS and cfg.kl_in_reward_coef > 0
         )
 
-    def _rl_module(self):
-        return self.module[DEFAULT_MODULE_ID].unwrapped()
+    def _rl_module(self, module_id=DEFAULT_MODULE_ID):
+        return self.module[module_id].unwrapped()
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         module = self._module[module_id].unwrapped() if hasattr(self._module[module_id], "unwrapped") else self._module[module_id]
@@ -105,26 +121,29 @@ class GRPOTorchLearner(TorchLearner):
         out = {"logprobs": np.zeros(shape, dtype=np.float32)}
         if value_head is not None:
             out["values"] = np.zeros(shape, dtype=np.float32)
-        for sl in micro_slices(shape[0], self.config.micro_batch_size):
-            ids = torch.as_tensor(arrays["input_ids"][sl], device=self._device)
-            mask = torch.as_tensor(arrays["attention_mask"][sl], device=self._device)
+        lengths = np.asarray(arrays["attention_mask"]).sum(axis=1)
+        for rows in micro_batches_by_length(lengths, self.config.micro_batch_size):
+            ids = torch.as_tensor(arrays["input_ids"][rows], device=self._device)
+            mask = torch.as_tensor(arrays["attention_mask"][rows], device=self._device)
             width = int(mask.sum(dim=1).max().item())
             res = token_logprobs_and_entropy(model, ids[:, :width], mask[:, :width], False, False, value_head)
             for key in out:
-                out[key][sl, :width] = res[key].float().cpu().numpy()
+                out[key][rows, :width] = res[key].float().cpu().numpy()
         return out
 
     def update(self, batch: MultiAgentBatch | None = None, *, training_data: TrainingData | None = None, **kwargs):
         if training_data is None:
             training_data = TrainingData(batch=batch)
         training_data.solve_refs()
-        if training_data.batch is not None and DEFAULT_MODULE_ID in training_data.batch.policy_batches:
-            self._prepare_batch(training_data.batch.policy_batches[DEFAULT_MODULE_ID], kwargs)
+        if training_data.batch is not None:
+            for module_id, policy_batch in training_data.batch.policy_batches.items():
+                if module_id in self.module.keys():
+                    self._prepare_batch(policy_batch, kwargs, module_id)
         return super().update(training_data=training_data, **kwargs)
 
-    def _prepare_batch(self, policy_batch, kwargs: Dict[str, Any]) -> None:
+    def _prepare_batch(self, policy_batch, kwargs: Dict[str, Any], module_id=DEFAULT_MODULE_ID) -> None:
         cfg = self.config
-        module = self._rl_module()
+        module = self._rl_module(module_id)
         was_training = module.llm.training
         module.llm.eval()
         try:
@@ -133,7 +152,7 @@ class GRPOTorchLearner(TorchLearner):
                     with module.reference_logprobs_context():
                         ref = self._forward_no_grad(module.llm, policy_batch)["logprobs"]
                 else:
-                    ref = self._forward_no_grad(self._ref_model, policy_batch)["logprobs"]
+                    ref = self._forward_no_grad(self._ref_models[module_id], policy_batch)["logprobs"]
                 policy_batch["ref_logprobs"] = ref
             needs_old = self._needs_old_logprobs(policy_batch.count, kwargs)
             if needs_old or cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
@@ -186,38 +205,45 @@ class GRPOTorchLearner(TorchLearner):
         return counts
 
     def _uncompiled_update(self, batch: Dict, **kwargs):
-        module_batch = batch[DEFAULT_MODULE_ID]
+        for optim in self._optimizer_parameters:
+            optim.zero_grad(set_to_none=True)
+        losses = {}
+        for module_id, module_batch in batch.items():
+            losses[module_id] = self._accumulate_gradients(module_id, module_batch)
+        grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
+        self.apply_gradients(self.postprocess_gradients(grads))
+        return {}, losses, {}
+
+    def _accumulate_gradients(self, module_id, module_batch: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """Backward over the micro-batches of one module's minibatch; returns its loss."""
         counts = self._global_counts(module_batch["response_mask"])
         world = torch.distributed.get_world_size() if self.config.num_learners > 1 and torch.distributed.is_initialized() else 1
         n = module_batch["input_ids"].shape[0]
-        slices = micro_slices(n, self.config.micro_batch_size)
-        for optim in self._optimizer_parameters:
-            optim.zero_grad(set_to_none=True)
-        module = self.module[DEFAULT_MODULE_ID]
+        groups = micro_batches_by_length(module_batch["attention_mask"].sum(dim=1).cpu().numpy(), self.config.micro_batch_size)
+        module = self.module[module_id]
         total_loss = 0.0
         stats_sums: Dict[str, float] = {}
-        for k, sl in enumerate(slices):
-            micro = trim_to_longest({key: v[sl] for key, v in module_batch.items()})
+        for k, rows in enumerate(groups):
+            index = torch.as_tensor(rows, device=module_batch["input_ids"].device)
+            micro = trim_to_longest({key: v[index] for key, v in module_batch.items()})
             # Under DDP, all-reduce gradients only on the last micro-batch.
             sync = contextlib.nullcontext()
-            if world > 1 and k < len(slices) - 1 and hasattr(module, "no_sync"):
+            if world > 1 and k < len(groups) - 1 and hasattr(module, "no_sync"):
                 sync = module.no_sync()
             with sync:
                 fwd_out = module.forward_train(micro)
                 self._loss_counts = counts
                 loss = self.compute_loss_for_module(
-                    module_id=DEFAULT_MODULE_ID, config=self.config, batch=micro, fwd_out=fwd_out
+                    module_id=module_id, config=self.config.get_config_for_module(module_id), batch=micro, fwd_out=fwd_out
                 )
                 (loss * world).backward()
             total_loss += float(loss.detach())
             weight = micro["input_ids"].shape[0] / n
             for name, value in self._last_stats.items():
                 stats_sums[name] = stats_sums.get(name, 0.0) + weight * float(value)
-        grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
-        self.apply_gradients(self.postprocess_gradients(grads))
         for name, value in stats_sums.items():
-            self.metrics.log_value((DEFAULT_MODULE_ID, name), value, window=1)
-        return {}, {DEFAULT_MODULE_ID: torch.tensor(total_loss)}, {}
+            self.metrics.log_value((module_id, name), value, window=1)
+        return torch.tensor(total_loss)
 
     def compute_loss_for_module(self, *, module_id, config, batch: Dict[str, Any], fwd_out: Dict[str, Any]):
         """L = clipped surrogate + kl_coef * KL(pi || pi_ref) - entropy_coeff * H [+ vf_loss_coeff * L_V],

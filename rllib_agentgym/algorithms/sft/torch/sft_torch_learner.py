@@ -20,7 +20,7 @@ class SFTTorchLearner(GRPOTorchLearner):
     def _wants_reference(self) -> bool:
         return False
 
-    def _prepare_batch(self, policy_batch, kwargs: Dict[str, Any]) -> None:
+    def _prepare_batch(self, policy_batch, kwargs: Dict[str, Any], module_id=None) -> None:
         pass  # no reference, no old log-probs, no advantages
 
     def compute_loss_for_module(self, *, module_id, config, batch: Dict[str, Any], fwd_out: Dict[str, Any]):
