@@ -191,9 +191,9 @@ def is_algorithm_checkpoint(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "rllib_checkpoint.json"))
 
 
-def load_policy(source: str) -> PolicySource:
-    """A checkpoint dir (its RLModule state, read straight from the checkpoint's files
-    without rebuilding the Algorithm), a Tune trial dir (its latest checkpoint), or a
+def load_policy(source: str, module_id: str = "default_policy") -> PolicySource:
+    """A checkpoint dir (its RLModule `module_id`'s state, read straight from the checkpoint's
+    files without rebuilding the Algorithm), a Tune trial dir (its latest checkpoint), or a
     model path / hub id / "embedded"."""
     if source.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(source)):
         raise FileNotFoundError(f"{source}: no such checkpoint or model dir")
@@ -205,9 +205,9 @@ def load_policy(source: str) -> PolicySource:
         return PolicySource(name=source, model_path=source)
     from rllib_agentgym.export import POLICY_SUBDIR, policy_module_dir
 
-    module_dir = policy_module_dir(source)
+    module_dir = policy_module_dir(source, module_id)
     if module_dir is None:
-        raise FileNotFoundError(f"{source}: no RLModule state at {POLICY_SUBDIR}/module_state.pkl")
+        raise FileNotFoundError(f"{source}: no RLModule state at {POLICY_SUBDIR.parent / module_id}/module_state.pkl")
     state_file = module_dir / "module_state.pkl"
     import rllib_agentgym  # noqa: F401  (the pickles name our classes)
 
@@ -399,7 +399,11 @@ def evaluate_during_training(algo) -> dict[str, Any]:
 
 def evaluate_main(args) -> int:
     """`rllib evaluate` (see cli.py for the flags)."""
+    from rllib_agentgym.evaluation_multiagent import checkpoint_env, evaluate_multiagent_main, is_multiagent_env
     from rllib_agentgym.experiments import parse_json_arg
+
+    if is_multiagent_env(args.env or checkpoint_env(args.source)):
+        return evaluate_multiagent_main(args)  # win / draw / loss against fixed opponents
 
     report = evaluate(
         args.source, env=args.env, split=args.split, k=args.k, temperature=args.temperature,

@@ -18,10 +18,11 @@ from pathlib import Path
 POLICY_SUBDIR = Path("learner_group") / "learner" / "rl_module" / "default_policy"
 
 
-def policy_module_dir(checkpoint: str | os.PathLike) -> Path | None:
-    """The policy module folder of an algorithm checkpoint (or of a module checkpoint itself)."""
+def policy_module_dir(checkpoint: str | os.PathLike, module_id: str = "default_policy") -> Path | None:
+    """The folder of policy module `module_id` of an algorithm checkpoint (or of a module
+    checkpoint itself); multi-agent checkpoints hold one module per policy id."""
     path = Path(checkpoint)
-    for candidate in (path / POLICY_SUBDIR, path / "rl_module" / "default_policy", path):
+    for candidate in (path / POLICY_SUBDIR.parent / module_id, path / "rl_module" / module_id, path):
         if (candidate / "module_state.pkl").exists() and (candidate / "class_and_ctor_args.pkl").exists():
             return candidate
     return None

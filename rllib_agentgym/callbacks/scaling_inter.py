@@ -73,18 +73,20 @@ def push_horizon(algorithm, horizon: int) -> None:
     algorithm._current_horizon = horizon
 
 
+def apply_schedule(algorithm) -> int:
+    """Push h(t) for the algorithm's t completed iterations to every env runner."""
+    cfg = algorithm.config
+    schedule = HorizonSchedule.from_config(getattr(cfg, "scaling_inter", None), getattr(cfg, "max_turns", 1))
+    horizon = schedule.horizon(algorithm.iteration)
+    push_horizon(algorithm, horizon)
+    return horizon
+
+
 class ScalingInterCallback(RLlibCallback):
     """Applies the config's `scaling_inter` schedule (see module doc)."""
 
-    @staticmethod
-    def _schedule(algorithm) -> HorizonSchedule:
-        cfg = algorithm.config
-        return HorizonSchedule.from_config(getattr(cfg, "scaling_inter", None), getattr(cfg, "max_turns", 1))
-
     def _apply(self, algorithm) -> int:
-        horizon = self._schedule(algorithm).horizon(algorithm.iteration)
-        push_horizon(algorithm, horizon)
-        return horizon
+        return apply_schedule(algorithm)
 
     def on_algorithm_init(self, *, algorithm, **kwargs) -> None:
         self._apply(algorithm)

@@ -7,6 +7,9 @@
     gradient_checkpointing:  trade compute for activation memory
     compute_entropy:         also return per-token entropy in forward_train
     entropy_grad:            keep the entropy's graph (for an entropy bonus in the loss)
+    autocast:                "bfloat16" | "float16": forward_train under torch.autocast (fp32
+                             weights and optimizer, low-precision matmuls: ~2x faster training
+                             on CPUs with AVX512-BF16 / AMX); None: full precision
     lora:                    {r, alpha, dropout, target_modules}: train a peft LoRA adapter only
     value_head:              add a scalar value head on the last hidden state (PPO)
 
@@ -86,6 +89,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             torch.nn.init.zeros_(self.value_head.bias)
         self._compute_entropy = bool(cfg.get("compute_entropy", True))
         self._entropy_grad = bool(cfg.get("entropy_grad", False))
+        self._autocast = getattr(torch, cfg["autocast"]) if cfg.get("autocast") else None
 
     @property
     def uses_lora(self) -> bool:
@@ -96,14 +100,16 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             return token_logprobs_and_entropy(self.llm, batch["input_ids"], batch["attention_mask"], False)
 
     def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
-        return token_logprobs_and_entropy(
-            self.llm,
-            batch["input_ids"],
-            batch["attention_mask"],
-            self._compute_entropy,
-            self._entropy_grad,
-            self.value_head,
-        )
+        device = batch["input_ids"].device.type
+        with torch.autocast(device, dtype=self._autocast or torch.bfloat16, enabled=self._autocast is not None):
+            return token_logprobs_and_entropy(
+                self.llm,
+                batch["input_ids"],
+                batch["attention_mask"],
+                self._compute_entropy,
+                self._entropy_grad,
+                self.value_head,
+            )
 
     def compute_values(self, batch: Dict[str, Any], embeddings=None) -> torch.Tensor:
         if self.value_head is None:

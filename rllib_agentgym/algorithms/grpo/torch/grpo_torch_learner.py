@@ -142,28 +142,35 @@ class GRPOTorchLearner(TorchLearner):
         return super().update(training_data=training_data, **kwargs)
 
     def _prepare_batch(self, policy_batch, kwargs: Dict[str, Any], module_id=DEFAULT_MODULE_ID) -> None:
-        cfg = self.config
         module = self._rl_module(module_id)
         was_training = module.llm.training
         module.llm.eval()
+        # The same precision as the training forward, so that pi_old / pi_ref match it.
+        precision = torch.autocast(self._device.type, dtype=module._autocast or torch.bfloat16,
+                                   enabled=module._autocast is not None)
         try:
-            if self._wants_reference():
-                if module.uses_lora:
-                    with module.reference_logprobs_context():
-                        ref = self._forward_no_grad(module.llm, policy_batch)["logprobs"]
-                else:
-                    ref = self._forward_no_grad(self._ref_models[module_id], policy_batch)["logprobs"]
-                policy_batch["ref_logprobs"] = ref
-            needs_old = self._needs_old_logprobs(policy_batch.count, kwargs)
-            if needs_old or cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
-                current = self._forward_no_grad(module.llm, policy_batch, module.value_head)
-                policy_batch["old_logprobs"] = current["logprobs"]
-                if "values" in current:
-                    policy_batch["old_values"] = current["values"]
-            if cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
-                self._token_level_advantages(policy_batch)
+            with precision:
+                self._add_no_grad_columns(policy_batch, kwargs, module, module_id)
         finally:
             module.llm.train(was_training)
+
+    def _add_no_grad_columns(self, policy_batch, kwargs: Dict[str, Any], module, module_id) -> None:
+        cfg = self.config
+        if self._wants_reference():
+            if module.uses_lora:
+                with module.reference_logprobs_context():
+                    ref = self._forward_no_grad(module.llm, policy_batch)["logprobs"]
+            else:
+                ref = self._forward_no_grad(self._ref_models[module_id], policy_batch)["logprobs"]
+            policy_batch["ref_logprobs"] = ref
+        needs_old = self._needs_old_logprobs(policy_batch.count, kwargs)
+        if needs_old or cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
+            current = self._forward_no_grad(module.llm, policy_batch, module.value_head)
+            policy_batch["old_logprobs"] = current["logprobs"]
+            if "values" in current:
+                policy_batch["old_values"] = current["values"]
+        if cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
+            self._token_level_advantages(policy_batch)
 
     def _token_level_advantages(self, policy_batch) -> None:
         cfg = self.config

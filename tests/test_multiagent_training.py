@@ -1,0 +1,212 @@
+"""Multi-agent training: per-agent token trajectories, per-module updates, evaluation vs fixed opponents.
+
+The embedded model is random-init, so its replies never hold a legal move:
+the board-game agents forfeit after three tries and CoopCraft never succeeds.
+That is enough to check the plumbing exactly (whose tokens, which masks,
+which rewards and groups, which module learns); for the training checks an
+entropy bonus gives every trained module a gradient, since all-equal group
+rewards make every GRPO advantage zero.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rllib_agentgym.algorithms.grpo.multi_agent import (
+    MultiAgentGRPOConfig,
+    PolicyMapping,
+)
+from rllib_agentgym.env_runners.multi_agent_llm_env_runner import MultiAgentLLMEnvRunner
+
+
+def _config(env: str, **llm) -> MultiAgentGRPOConfig:
+    settings = dict(inference_engine="hf", max_model_len=1024, max_new_tokens=8, group_size=2,
+                    tasks_per_iteration=2, max_turns=3)
+    settings.update(llm)
+    return MultiAgentGRPOConfig().environment(f"agentgym/{env}").llm(**settings).debugging(seed=0)
+
+
+def _spans(traj) -> list[list[int]]:
+    """The maximal runs of loss-masked (generated) token ids."""
+    spans, current = [], []
+    for token, mask in zip(traj.token_ids, traj.loss_mask):
+        if mask:
+            current.append(token)
+        elif current:
+            spans.append(current)
+            current = []
+    return spans + ([current] if current else [])
+
+
+def _check_own_tokens(traj, tokenizer) -> None:
+    assert len(traj.token_ids) == len(traj.loss_mask) == len(traj.sample_logprobs)
+    assert traj.loss_mask[: traj.prompt_len] == [0] * traj.prompt_len
+    spans = _spans(traj)
+    assert len(spans) == traj.num_turns
+    for span, turn in zip(spans, traj.turns):
+        assert tokenizer.decode(span, skip_special_tokens=True) == turn.response
+
+
+def test_game_vs_fixed_opponent_tokens_rewards_groups(embedded_model):
+    """X is the LLM, O the random opponent: X's trajectory holds X's replies (masked 1)
+    and O's move only inside X's observations (masked 0)."""
+    cfg = _config("tictactoe").multi_agent(
+        policies={"shared", "random"},
+        policy_mapping_fn=PolicyMapping(by="table", table={"X": "shared", "O": "random"}),
+    )
+    runner = MultiAgentLLMEnvRunner(config=cfg, worker_index=0)
+    try:
+        # Tasks 1 and 3 open with an odd number of moves: O (random) moves before X's first turn.
+        result = runner.sample(task_ids=[1, 3], group_size=2)
+        tokenizer = runner._tokenizers["shared"]
+    finally:
+        runner.stop()
+    assert len(result.episodes) == 4 and len(result.trajectories) == 4  # only the LLM seat has one
+    for ep, traj in zip(result.episodes, result.trajectories):
+        assert (traj.agent, traj.role, traj.policy_id) == ("player_1", "X", "shared")
+        assert ep.policies == {"player_1": "shared", "player_2": "random"}
+        # Three unreadable replies in a row forfeit the game: X loses, O wins.
+        assert traj.num_turns == 3 and traj.done and traj.outcome == "loss"
+        assert traj.reward == ep.returns["player_1"] == -1.0 and ep.returns["player_2"] == 1.0
+        assert ep.outcomes == {"player_1": "loss", "player_2": "win"}
+        _check_own_tokens(traj, tokenizer)
+        o_move = next(line for line in traj.turns[0].observation.splitlines() if line.startswith("O played place"))
+        masked = tokenizer.decode([t for t, m in zip(traj.token_ids, traj.loss_mask) if not m])
+        generated = tokenizer.decode([t for t, m in zip(traj.token_ids, traj.loss_mask) if m])
+        assert o_move in masked and "O played" not in generated
+    # One group per (task, agent): the 2 samples of a task share it, tasks differ.
+    groups = [t.group_id for t in result.trajectories]
+    assert groups[0] == groups[1] != groups[2] == groups[3]
+
+
+def test_shared_self_play_per_agent_trajectories_and_groups(embedded_model):
+    """CoopCraft self-play: both agents act every turn on one engine; each gets its own chat."""
+    cfg = _config("coop_craft", max_turns=2)
+    runner = MultiAgentLLMEnvRunner(config=cfg, worker_index=0)
+    try:
+        result = runner.sample(task_ids=[11, 12], group_size=2)
+        tokenizer = runner._tokenizers["shared"]
+        assert list(runner._engines) == ["shared"]
+    finally:
+        runner.stop()
+    trajs = result.trajectories
+    assert len(trajs) == 8 and {t.policy_id for t in trajs} == {"shared"}
+    by_agent = {a: [t for t in trajs if t.agent == a] for a in ("alice", "bob")}
+    assert [t.data_idx for t in by_agent["alice"]] == [11, 11, 12, 12]
+    for alice, bob in zip(by_agent["alice"], by_agent["bob"]):
+        assert alice.num_turns == bob.num_turns == 2  # the horizon
+        assert alice.reward == bob.reward == 0.0 and alice.outcome == "failure"
+        _check_own_tokens(alice, tokenizer)
+        _check_own_tokens(bob, tokenizer)
+        assert "You are alice" in tokenizer.decode(alice.token_ids) and "You are bob" in tokenizer.decode(bob.token_ids)
+        bob_text = tokenizer.decode(bob.token_ids)
+        assert all(turn.response not in bob_text for turn in alice.turns if len(turn.response) > 10)
+    # Groups per (task, agent): 4 groups of 2.
+    groups = {}
+    for t in trajs:
+        groups.setdefault(t.group_id, set()).add((t.data_idx, t.agent))
+    assert len(groups) == 4 and all(len(members) == 1 for members in groups.values())
+    assert all(sum(t.group_id == g for t in trajs) == 2 for g in groups)
+
+
+def test_multiagent_config_from_yaml_dict():
+    cfg = MultiAgentGRPOConfig().update_from_dict({
+        "env": "agentgym/tictactoe",
+        "multiagent": {
+            "policies": ["x", "o", "heuristic"],
+            "policy_mapping_fn": {"type": "rllib_agentgym.algorithms.grpo.multi_agent.PolicyMapping", "by": "role"},
+            "policies_to_train": ["x"],
+        },
+    })
+    from rllib_agentgym.env_runners.multi_agent_llm_env_runner import EpisodeInfo
+
+    episode = EpisodeInfo("0", "tictactoe", 0, 0, ["player_1", "player_2"], {"player_1": "X", "player_2": "O"})
+    assert [cfg.policy_mapping_fn(a, episode) for a in episode.possible_agents] == ["x", "o"]
+    # The fixed player has no module.
+    assert sorted(cfg.get_multi_rl_module_spec().rl_module_specs) == ["o", "x"]
+    cfg.validate()
+
+
+def _params(module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.llm.named_parameters()}
+
+
+def _changed(before: dict, module) -> bool:
+    return any(not torch.equal(before[k], v) for k, v in module.llm.named_parameters())
+
+
+def test_shared_policy_trains(ray_local):
+    """Self-play (the default mapping) trains "shared"; periodic evaluation plays the random opponent."""
+    cfg = (
+        _config("tictactoe")
+        .training(lr=1e-3, entropy_coeff=0.01, micro_batch_size=8)
+        .evaluation(evaluation_interval=1, evaluation_num_tasks=1, evaluation_opponent="random")
+    )
+    cfg.log_trajectories = 0
+    algo = cfg.build_algo()
+    try:
+        module = algo.learner_group._learner.module["shared"]
+        before = _params(module)
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert _changed(before, module)
+    assert "shared" in result["learners"]
+    stats = result["env_runners"]["policies"]["shared"]
+    assert stats["num_agent_episodes"] == 8  # 2 tasks x 2 samples x 2 agents
+    assert stats["win_rate"] + stats["draw_rate"] + stats["loss_rate"] + stats["unfinished_rate"] == pytest.approx(1.0)
+    evaluation = result["evaluation"]["env_runners"]
+    assert evaluation["opponent"] == "random" and evaluation["num_games"] == 2  # 1 task from both seats
+    assert evaluation["win_rate"] + evaluation["draw_rate"] + evaluation["loss_rate"] == pytest.approx(1.0)
+
+
+def test_separate_policies_train_and_frozen_one_stays(ray_local, tmp_path):
+    """x (X) trains, o (O) is frozen by policies_to_train; only x's engine gets new weights."""
+    from rllib_agentgym.evaluation_multiagent import evaluate_multiagent
+
+    cfg = (
+        _config("tictactoe")
+        .environment(env_config={"task_ids": [0, 1]})  # X moves first in task 0, O in task 1
+        .training(lr=1e-3, entropy_coeff=0.01, micro_batch_size=8)
+        .multi_agent(policies={"x", "o"}, policy_mapping_fn=PolicyMapping(by="role"), policies_to_train=["x"])
+    )
+    cfg.log_trajectories = 0
+    algo = cfg.build_algo()
+    try:
+        modules = algo.learner_group._learner.module
+        before = {m: _params(modules[m]) for m in ("x", "o")}
+        result = algo.train()
+        runner = algo.env_runner_group.local_env_runner
+        assert sorted(runner._engines) == ["o", "x"]  # one engine per LLM policy
+        for name, param in modules["x"].llm.named_parameters():
+            assert torch.equal(runner._engines["x"]._model.state_dict()[name], param.detach())
+        for name, param in runner._engines["o"]._model.named_parameters():
+            assert torch.equal(before["o"][name], param.detach())
+        checkpoint = algo.save_to_path(str(tmp_path / "ckpt"))
+    finally:
+        algo.stop()
+    assert _changed(before["x"], modules["x"]) and not _changed(before["o"], modules["o"])
+    assert "policy_loss" in result["learners"]["x"] and "policy_loss" not in result["learners"].get("o", {})
+    assert result["env_runners"]["policies"]["o"]["num_agent_episodes"] == 4
+
+    # The checkpoint's x policy against the heuristic opponent, from both seats.
+    report = evaluate_multiagent(checkpoint, policy="x", opponent="heuristic", num_tasks=1, engine="hf",
+                                 max_new_tokens=8, progress=False)
+    assert report.env == "tictactoe" and report.policy == "x" and report.scores["overall"]["num_games"] == 2
+
+
+def test_rllib_evaluate_against_random_opponent(tmp_path, capsys):
+    from rllib_agentgym.cli import main
+
+    out = tmp_path / "eval.json"
+    assert main(["evaluate", "embedded", "--env", "agentgym/tictactoe", "--opponent", "random", "--num-tasks", "2",
+                 "--engine", "hf", "--max-new-tokens", "8", "--no-progress", "--json", str(out)]) == 0
+    assert "vs random" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    overall = report["overall"]
+    assert overall["num_games"] == 4  # 2 tasks x 2 seats
+    assert overall["win_rate"] + overall["draw_rate"] + overall["loss_rate"] == pytest.approx(1.0)
+    assert sorted(report["roles"]) == ["O", "X"] and {s["role"] for s in report["seats"]} == {"X", "O"}
