@@ -18,13 +18,17 @@ def register() -> None:
     from ray.tune.registry import register_trainable
 
     from rllib_agentgym.algorithms.grpo.grpo import GRPO, AgentPPO
+    from rllib_agentgym.algorithms.grpo.multi_agent import MultiAgentGRPO
     from rllib_agentgym.algorithms.sft.sft import AgentSFT
+    from rllib_agentgym.envs.multiagent_env import register_multiagent_envs
     from rllib_agentgym.envs.registry import register_envs
 
     register_trainable("GRPO", GRPO)
     register_trainable("AgentPPO", AgentPPO)
     register_trainable("AgentSFT", AgentSFT)
+    register_trainable("MultiAgentGRPO", MultiAgentGRPO)
     register_envs()
+    register_multiagent_envs()
     _REGISTERED = True
 
 

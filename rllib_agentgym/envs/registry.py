@@ -2,25 +2,35 @@
 
 `env_config` keys understood for every family:
 
-    server_url:   URL or list of URLs of running env servers (HTTP mode)
+    server_url:   URL or list of URLs of running env servers (HTTP mode); with
+                  several, sessions are spread over them and fail over to a
+                  live one when theirs dies or hangs
     launch_server: start a local server subprocess per env runner (HTTP mode)
     (neither):    in-process mode: the env class is called directly
     env_options:  dict passed to /create (or the env class)
     split:        task split to draw from ("train" by default)
-    client_timeout_s, client_retries: HTTP fault tolerance
+    client_timeout_s (60), client_retries (3), client_backoff_s (0.5):
+                  HTTP fault tolerance: per-request timeout, retries of a failed
+                  reset / step (recreating the session), first backoff (doubled
+                  per retry); see `rllib_agentgym.envs.client`
 """
 
 from __future__ import annotations
 
 import importlib
-import itertools
 from typing import Any, Callable, Mapping
 
-from rllib_agentgym.envs.client import HTTPEnvClient, InProcessEnvClient, LocalEnvServer, RetryPolicy
+from rllib_agentgym.envs.client import (
+    EndpointPool,
+    HTTPEnvClient,
+    InProcessEnvClient,
+    LocalEnvServer,
+    RetryPolicy,
+)
 from rllib_agentgym.envs.spec import EnvSpec
 
 ENV_PREFIX = "agentgym/"
-FAMILIES = ("textcraft", "babyai", "sciworld", "searchqa", "webarena")
+FAMILIES = ("textcraft", "babyai", "sciworld", "searchqa", "webarena", "bandit")
 
 
 def available_families() -> list[str]:
@@ -55,6 +65,7 @@ class SessionFactory:
         self._retry = RetryPolicy(
             timeout_s=float(env_config.get("client_timeout_s", 60.0)),
             retries=int(env_config.get("client_retries", 3)),
+            backoff_s=float(env_config.get("client_backoff_s", 0.5)),
         )
         self._server: LocalEnvServer | None = None
         urls = env_config.get("server_url")
@@ -63,16 +74,17 @@ class SessionFactory:
         if not urls and env_config.get("launch_server"):
             self._server = LocalEnvServer(spec.server_module)
             urls = [self._server.url]
-        self._urls = list(urls or [])
-        self._next_url = itertools.cycle(self._urls) if self._urls else None
+        self._pool = (
+            EndpointPool(list(urls), probe_timeout_s=min(2.0, self._retry.timeout_s)) if urls else None
+        )
 
     @property
     def mode(self) -> str:
-        return "http" if self._urls else "inprocess"
+        return "http" if self._pool is not None else "inprocess"
 
     def make(self):
-        if self._next_url is not None:
-            return HTTPEnvClient(next(self._next_url), self._options, self._retry)
+        if self._pool is not None:
+            return HTTPEnvClient(self._pool, self._options, self._retry)
         return InProcessEnvClient(self.spec.load_env_class(), self._options)
 
     def close(self) -> None:

@@ -28,9 +28,9 @@ from ray.rllib.utils.metrics import (
 )
 
 from rllib_agentgym.algorithms.advantages import compute_advantages, dynamic_sampling_keep_mask
-from rllib_agentgym.callbacks.scaling_inter import HorizonSchedule, ScalingInterCallback
+from rllib_agentgym.callbacks.scaling_inter import HorizonSchedule, ScalingInterCallback, apply_schedule
 from rllib_agentgym.core.trajectory import Trajectory, pad_batch
-from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner, RolloutResult
+from rllib_agentgym.env_runners.llm_env_runner import FORMAT_ERROR_KINDS, LLMEnvRunner, RolloutResult
 
 
 class GRPOConfig(AlgorithmConfig):
@@ -40,7 +40,8 @@ class GRPOConfig(AlgorithmConfig):
         super().__init__(algo_class=algo_class or GRPO)
         # Model and rollout.
         self.model_path = "embedded"  # local path, hub id, or "embedded"
-        self.model_dtype = "float32"
+        self.model_dtype = "float32"  # the inference engine's dtype; the learner autocasts to it
+        self.learner_dtype = "float32"  # the trained (master) weights
         self.gradient_checkpointing = False
         self.inference_engine = "auto"  # "vllm" | "hf" | "auto"
         self.engine_options = {}  # extra kwargs for the engine (gpu_memory_utilization, tensor_parallel_size, ...)
@@ -156,7 +157,11 @@ class GRPOConfig(AlgorithmConfig):
             module_class=LLMRLModule,
             model_config={
                 "model": self.model_path,
-                "dtype": self.model_dtype,
+                # The learner trains fp32 master weights (bf16 weights would drop most
+                # lr-1e-6 updates); a lower `model_dtype` is the engine's dtype and the
+                # learner's autocast (mixed precision).
+                "dtype": self.learner_dtype,
+                "autocast": self.model_dtype if self.model_dtype in ("bfloat16", "float16") else None,
                 "gradient_checkpointing": self.gradient_checkpointing,
                 "entropy_grad": bool(self.entropy_coeff),
                 "lora": self.lora,
@@ -223,7 +228,8 @@ class GRPO(Algorithm):
 
         A remote runner that dies mid-call is restarted by RLlib (`restart_failed_env_runners`);
         it gets the current weights and horizon and redoes its share, so the iteration
-        completes. Shares that no runner could deliver count as dropped episodes.
+        completes. Shares that no runner delivered within `env_runner_restore_timeout_s`
+        count as dropped episodes.
         """
         cfg = self.config
         group = self.env_runner_group
@@ -260,15 +266,13 @@ class GRPO(Algorithm):
             sample_on(ids)
         else:
             ids = list(range(1, group.num_remote_env_runners() + 1))  # all down: wait for restarts below
-        # Ray restarts a dead runner's actor in seconds; wait for it up to the health-probe timeout.
-        deadline = time.monotonic() + cfg.env_runner_health_probe_timeout_s
+        # Ray restarts a dead runner's actor (a new process: seconds to a minute); wait for it.
+        deadline = time.monotonic() + cfg.env_runner_restore_timeout_s
         while cfg.restart_failed_env_runners and len(results) < len(ids) and time.monotonic() < deadline:
-            print("DEBUG loop", time.strftime("%X"), results.keys(), ids, flush=True)
             if restore():
                 sample_on([i for i in ids if i not in results])
             else:
                 time.sleep(1.0)
-        print("DEBUG end", time.strftime("%X"), results.keys(), ids, deadline - time.monotonic(), flush=True)
         rollouts = [results[i] for i in sorted(results)]
         lost = (len(ids) - len(results)) * per_runner
         if lost:
@@ -277,6 +281,10 @@ class GRPO(Algorithm):
 
     def training_step(self) -> None:
         cfg = self.config
+        # The callback sets h(t) at init, restore and after every iteration; this also covers
+        # runners restored from a checkpoint without a callback (Algorithm.from_checkpoint
+        # restores the local runner's state only).
+        apply_schedule(self)
         t_start = time.perf_counter()
         rollouts = self._sample()
         trajectories = [t for r in rollouts for t in r.trajectories]
@@ -429,6 +437,9 @@ class GRPO(Algorithm):
         }
         for name, value in stats.items():
             log((key, name), value, window=1)
+        for kind in FORMAT_ERROR_KINDS:
+            count = sum(r.format_errors.get(kind, 0) for r in rollouts)
+            log((key, "format_error_rate_by_kind", kind), count / actions, window=1)
         for category in sorted({t.category for t in trajectories}):
             members = [t for t in trajectories if t.category == category]
             log((key, "success_rate_by_category", category), float(np.mean([t.success for t in members])), window=1)

@@ -1,0 +1,187 @@
+"""Soak: many GRPO iterations, resident memory of every process over time.
+
+    python benchmarks/soak.py                                   # 40 iterations, CPU, embedded model
+    python benchmarks/soak.py --iterations 300 --engine vllm --env-runners 2 --out soak.json
+
+Runs full training iterations (rollouts on TextCraft through a local env
+server each runner launches, learner update, weight sync) and, after each,
+records the resident set size (RSS) of
+- the driver (the algorithm and its local learner),
+- each env runner actor (its inference engine and env clients),
+- each env server (the `python -m envs.<family>` process and its children:
+  a JVM, a browser).
+Growth after warm-up compares the median of the first `--window` samples
+after `--warmup` iterations with the median of the last `--window`; the run
+passes when every process grew less than `--max-growth` percent. Prints one
+JSON object (with the machine and versions, see benchmarks/common.py); the
+exit status is 1 when a process grew too much. Writes only under a temp dir.
+Not run by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/soak.py`
+
+from benchmarks.common import (  # noqa: E402
+    emit,
+    limit_cpu_threads,
+    median,
+    meta,
+    model_path,
+    quiet_logs,
+)
+
+MB = 2**20
+
+
+def tree_rss(pid: int) -> int:
+    """RSS of a process and all its descendants (a server's JVMs or browser)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def env_server_pids(parent_pid: int) -> list[int]:
+    """The `python -m envs.<family>` processes a runner started."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(parent_pid).children(recursive=False):
+        try:
+            cmdline = child.cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        if "-m" in cmdline and any(arg.startswith("envs.") for arg in cmdline):
+            found.append(child.pid)
+    return found
+
+
+def snapshot(algo) -> dict[str, int]:
+    """RSS per process, keyed `driver`, `runner_<i>`, `server_<i>` (the server runner i started)."""
+    import psutil
+
+    driver = os.getpid()
+    rows = {"driver": psutil.Process(driver).memory_info().rss}
+    group = algo.env_runner_group
+    if group.num_remote_env_runners():
+        runners = group.foreach_env_runner(lambda r: (r.worker_index, os.getpid()), local_env_runner=False)
+    else:
+        runners = [(0, driver)]  # the local runner lives in the driver
+    for index, pid in sorted(runners):
+        if pid != driver:
+            rows[f"runner_{index}"] = psutil.Process(pid).memory_info().rss
+        for k, server in enumerate(env_server_pids(pid)):
+            rows[f"server_{index}" + (f"_{k}" if k else "")] = tree_rss(server)
+    return rows
+
+
+def growth(series: Sequence[float], warmup: int, window: int) -> float:
+    """Percent change from the median of `window` samples after warm-up to the median of the last `window`."""
+    settled = list(series[warmup:])
+    if len(settled) < 2 * window:
+        return float("nan")
+    start, end = median(settled[:window]), median(settled[-window:])
+    return 100.0 * (end - start) / start
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=10, help="iterations before growth is measured")
+    parser.add_argument("--window", type=int, default=3, help="samples per median at each end")
+    parser.add_argument("--max-growth", type=float, default=5.0, help="percent; above it the run fails")
+    parser.add_argument("--env", default="textcraft")
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--engine", default="hf", choices=["hf", "vllm", "auto"])
+    parser.add_argument("--env-runners", type=int, default=1, help="remote env runner actors (0: in the driver)")
+    parser.add_argument("--tasks", type=int, default=2, help="tasks per iteration")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--cpu-threads", type=int, default=1, help="torch threads per process on CPU (0: default)")
+    parser.add_argument("--out", default=None, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    if args.iterations < args.warmup + 2 * args.window:
+        parser.error("--iterations must cover --warmup plus two --window samples")
+
+    quiet_logs()
+    threads = limit_cpu_threads(args.cpu_threads)
+    import ray
+    import ray.tune.trainable.trainable as trainable
+
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        trainable.DEFAULT_STORAGE_PATH = str(Path(tmp) / "results")  # not ~/ray_results
+        ray.init(address="local", num_cpus=max(2, args.env_runners + 1), include_dashboard=False,
+                 _temp_dir=str(Path(tmp) / "ray"), log_to_driver=False)
+        config = (
+            GRPOConfig()
+            .environment(f"agentgym/{args.env}", env_config={"launch_server": True})
+            .llm(model_path=model_path(args.model), inference_engine=args.engine, max_model_len=args.max_model_len,
+                 group_size=args.group_size, tasks_per_iteration=args.tasks, max_turns=args.max_turns,
+                 max_new_tokens=args.max_new_tokens)
+            .env_runners(num_env_runners=args.env_runners)
+            .training(lr=1e-5)
+            .debugging(seed=0)
+        )
+        algo = config.build_algo()
+        samples: list[dict[str, Any]] = []
+        try:
+            for i in range(args.iterations):
+                start = time.perf_counter()
+                result = algo.train()
+                rss = snapshot(algo)
+                samples.append({
+                    "iteration": i + 1,
+                    "wall_s": round(time.perf_counter() - start, 2),
+                    "episodes": result["env_runners"].get("num_episodes"),
+                    "dropped": result["env_runners"].get("num_dropped_episodes"),
+                    "rss_mb": {k: round(v / MB, 1) for k, v in rss.items()},
+                })
+                print(f"iteration {i + 1}: {samples[-1]['rss_mb']}", file=sys.stderr, flush=True)
+        finally:
+            algo.stop()
+            ray.shutdown()
+
+    processes = sorted({k for s in samples for k in s["rss_mb"]})
+    growth_pct = {
+        p: round(growth([s["rss_mb"].get(p, float("nan")) for s in samples], args.warmup, args.window), 2)
+        for p in processes
+    }
+    passed = all(g < args.max_growth for g in growth_pct.values())
+    emit({
+        "benchmark": "soak",
+        "meta": meta(),
+        "settings": {**vars(args), **threads},
+        "growth_after_warmup_pct": growth_pct,
+        "passed": passed,
+        "rss_mb_first": samples[0]["rss_mb"],
+        "rss_mb_last": samples[-1]["rss_mb"],
+        "samples": samples,
+    }, args.out)
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
