@@ -5,6 +5,7 @@
     rllib view RUN_DIR        the trajectory viewer (a local web page)
     rllib plot RUN_DIR        PNG training curves
     rllib evaluate CHECKPOINT_OR_MODEL --env agentgym/textcraft [--k 4 --temperature 1.0 --json OUT --markdown OUT]
+    rllib experts --env agentgym/textcraft --split train --num 200 --out tc.jsonl   expert conversations for SFT
 """
 
 from __future__ import annotations
@@ -111,6 +112,9 @@ def _evaluate_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--batch-episodes", type=int, default=32, help="episodes per generation batch")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--opponent", default="auto", choices=["auto", "self", "random", "heuristic", "scripted"],
+                   help="multi-agent envs: who plays the other seat (auto: random for games, self-play for coop_craft)")
+    p.add_argument("--policy", default=None, help="multi-agent checkpoints: the policy id to evaluate (default: the only one, or shared)")
     p.add_argument("--json", default=None, help="write the full report (per task too) as JSON")
     p.add_argument("--markdown", default=None, help="write the table as Markdown")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -122,6 +126,12 @@ def _export_parser(sub) -> None:
     p.add_argument("--to", required=True, dest="out", help="output folder")
 
 
+def _experts_parser(sub) -> None:
+    from rllib_agentgym.data.experts import add_arguments
+
+    add_arguments(sub.add_parser("experts", help="write expert conversations (JSONL) of an env split, for SFT"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rllib", description="rllib-agentgym: train LLM agents with RLlib")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _plot_parser(sub)
     _evaluate_parser(sub)
     _export_parser(sub)
+    _experts_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
@@ -149,6 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             plot_main(args.run_dir, args.out)
             return 0
+        if args.command == "experts":
+            from rllib_agentgym.data.experts import run
+
+            return run(args)
         if args.command == "evaluate":
             from rllib_agentgym.evaluation import evaluate_main
 

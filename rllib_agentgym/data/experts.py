@@ -1,6 +1,7 @@
 """Expert trajectories from each env family's scripted expert, as conversations.
 
     python -m rllib_agentgym.data.experts --env agentgym/textcraft --split train --num 200 --out tc.jsonl
+    rllib experts --env agentgym/babyai --split test --num 50 --out babyai_test.jsonl     (the same)
 
 Each family's `envs/<name>/expert.py` has an `ExpertAgent(env)` whose
 `act(observation) -> (thought, action)` plays the task in-process; the
@@ -72,18 +73,26 @@ def expert_conversations(env: str, split: str = "train", num: int = 100, max_ste
         instance.close()
 
 
-def main(argv=None) -> None:
-    from rllib_agentgym.data.conversations import write_jsonl
-
-    parser = argparse.ArgumentParser(description="write expert conversations (JSONL) for SFT")
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of this command (also `rllib experts`)."""
     parser.add_argument("--env", required=True, help="e.g. agentgym/textcraft")
     parser.add_argument("--split", default="train")
-    parser.add_argument("--num", type=int, default=100)
-    parser.add_argument("--max-steps", type=int, default=100)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
+    parser.add_argument("--num", type=int, default=100, help="successful conversations to write (at most)")
+    parser.add_argument("--max-steps", type=int, default=100, help="expert turns per episode (longer ones are dropped)")
+    parser.add_argument("--out", required=True, help="the JSONL file to write")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from rllib_agentgym.data.conversations import write_jsonl
+
     n = write_jsonl(args.out, expert_conversations(args.env, args.split, args.num, args.max_steps))
     print(f"wrote {n} {family_name(args.env)} expert conversations to {args.out}")
+    return 0
+
+
+def main(argv=None) -> None:
+    run(add_arguments(argparse.ArgumentParser(description="write expert conversations (JSONL) for SFT")).parse_args(argv))
 
 
 if __name__ == "__main__":
