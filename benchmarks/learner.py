@@ -1,0 +1,289 @@
+"""Learner efficiency: tokens/s of one GRPO update over a bare forward + backward + optimizer step.
+
+    python benchmarks/learner.py                                   # embedded model, CPU
+    python benchmarks/learner.py --model /models/Qwen2.5-1.5B --dtype bfloat16 --micro-batch-size 2
+
+The batch holds real-length TextCraft trajectories: the project's expert
+plays tasks of the train split in-process, and each GRPO group of one task
+holds the expert's whole episode plus episodes cut after a random number of
+turns (an agent that ran out of horizon), tokenized exactly as the rollout
+does (chat template prompt, responses ending in the eos token, observation
+turns in between). The batch goes through GRPO's own batch builder
+(advantages) and one `LearnerGroup.update` (num_learners=0: the
+GRPOTorchLearner in this process).
+
+The limit is a bare loop on a second copy of the same model: the same
+trajectories in micro-batches of the same size (formed by length, each
+trimmed to its longest row, so padding is minimal), forward, log-softmax of
+the next tokens (gather - logsumexp), a masked mean loss, backward, one AdamW
+step; on a GPU machine both sides run on the GPU. Tokens/s counts real
+(non-padding) tokens on both sides. The GRPO update is timed without the KL
+term (the same work as the bare step) and, separately, with the default
+KL-to-reference (its extra no-grad reference forward is added to the bare
+side there). Updates and bare steps alternate; the median ratio of wall
+times is reported, and of this process's CPU times, which other load on a
+small machine does not stretch (one thread by default on CPU).
+
+Padding waste = padded tokens computed / real tokens, for micro-batches cut
+in batch order and for micro-batches formed by length (what the learner
+does); mode `no_kl_in_order` times the learner with batch-order micro-batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/learner.py`
+
+from benchmarks.common import emit, limit_cpu_threads, median, meta, model_path, quiet_logs  # noqa: E402
+
+TARGET = 0.9
+
+
+def expert_trajectories(model: str, num_tasks: int, group_size: int, max_turns: int, seed: int):
+    """GRPO groups of real-length TextCraft trajectories (see the module doc)."""
+    from transformers import AutoTokenizer
+
+    from envs.textcraft.expert import ExpertAgent
+    from rllib_agentgym.core.chat import ChatFormat
+    from rllib_agentgym.core.embedded import resolve_model_path
+    from rllib_agentgym.core.trajectory import Trajectory
+    from rllib_agentgym.envs.registry import get_spec
+
+    spec = get_spec("textcraft")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model))
+    chat = ChatFormat.from_tokenizer(tokenizer)
+    env = spec.load_env_class()(**spec.env_options)
+    rng = random.Random(seed)
+    task_ids = spec.split_ids("train")
+    trajectories = []
+    for group, data_idx in enumerate(rng.sample(task_ids, num_tasks)):
+        first = env.reset(data_idx)
+        agent, observation, steps = ExpertAgent(env), first, []
+        for _ in range(max_turns):
+            thought, action = agent.act(observation)
+            result = env.step(action)
+            steps.append((f"Thought: {thought}\nAction: {action}", result))
+            observation = result.observation
+            if result.done:
+                break
+        prompt = chat.prompt_ids(tokenizer, spec.instruction, first)
+        for member in range(group_size):
+            turns = len(steps) if member == 0 else rng.randint(1, len(steps))
+            traj = Trajectory(env="textcraft", data_idx=data_idx, group_id=group, category=spec.category(data_idx))
+            traj.append(prompt, generated=False)
+            traj.prompt_len = len(prompt)
+            for i, (response, result) in enumerate(steps[:turns]):
+                ids = list(tokenizer(response, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
+                traj.append(ids, generated=True, logprobs=[-1.0] * len(ids))
+                traj.reward += float(result.reward)
+                traj.success = traj.success or bool(result.info.get("success", False))
+                if i < turns - 1:
+                    traj.append(chat.observation_ids(tokenizer, result.observation, True), generated=False)
+            trajectories.append(traj)
+    env.close()
+    return trajectories
+
+
+def in_batch_order(lengths, micro: int) -> list:
+    """Micro-batch row indices in batch order (the learner's grouping before it sorted by length)."""
+    import numpy as np
+
+    micro = max(1, int(micro or len(lengths)))
+    return [np.arange(i, min(i + micro, len(lengths))) for i in range(0, len(lengths), micro)]
+
+
+def padding_waste(lengths: Sequence[int], micro: int, by_length: bool) -> float:
+    """Padded tokens / real tokens when micro-batches of `micro` rows are each trimmed to their longest."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i]) if by_length else list(range(len(lengths)))
+    padded = 0
+    for start in range(0, len(order), micro):
+        rows = [lengths[i] for i in order[start : start + micro]]
+        padded += len(rows) * max(rows) - sum(rows)
+    return padded / sum(lengths)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def grpo_config(args, use_kl: bool):
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+    return (
+        GRPOConfig()
+        .environment("agentgym/textcraft")
+        .llm(model_path=args.model, model_dtype=args.dtype, max_model_len=args.max_model_len)
+        .training(micro_batch_size=args.micro_batch_size, use_kl_loss=use_kl, lr=1e-6)
+        .learners(num_learners=0, num_gpus_per_learner=1 if _cuda() else 0)
+    )
+
+
+def build_learner_group(config):
+    from rllib_agentgym.envs.gym_env import text_space
+
+    spec = config.get_default_rl_module_spec()
+    spec.observation_space, spec.action_space = text_space(), text_space()
+    return config.build_learner_group(rl_module_spec=spec)
+
+
+def build_batch(config, trajectories):
+    """GRPO's own batch builder (padding, advantages), called outside an Algorithm."""
+    from rllib_agentgym.algorithms.grpo.grpo import GRPO
+
+    return GRPO._build_batch(types.SimpleNamespace(config=config), trajectories)
+
+
+class BareStep:
+    """Forward + backward + AdamW on a second copy of the model, micro-batches formed by length."""
+
+    def __init__(self, args, arrays: dict, with_reference: bool):
+        import torch
+
+        from rllib_agentgym.core.rl_module import load_causal_lm
+
+        self.torch = torch
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = load_causal_lm(args.model, args.dtype).to(self.device).train()
+        self.reference = load_causal_lm(args.model, args.dtype).to(self.device).eval() if with_reference else None
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-6, weight_decay=0.0)
+        ids = torch.as_tensor(arrays["input_ids"])
+        mask = torch.as_tensor(arrays["attention_mask"])
+        response = torch.as_tensor(arrays["response_mask"])
+        order = torch.argsort(mask.sum(1), descending=True)
+        self.micro = []
+        for start in range(0, len(order), args.micro_batch_size):
+            rows = order[start : start + args.micro_batch_size]
+            width = int(mask[rows].sum(1).max())
+            self.micro.append(tuple(t[rows, :width].to(self.device) for t in (ids, mask, response)))
+        self.count = float(response.sum())
+
+    @staticmethod
+    def _token_logprobs(model, ids, mask):
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
+        return logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+
+    def __call__(self) -> None:
+        torch = self.torch
+        if self.reference is not None:
+            with torch.no_grad():
+                for ids, mask, _ in self.micro:
+                    self._token_logprobs(self.reference, ids, mask)
+        for ids, mask, response in self.micro:
+            logprobs = self._token_logprobs(self.model, ids, mask)
+            loss = -(logprobs * response[:, 1:]).sum() / self.count
+            loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+def measure(learner_group, batch, bare: BareStep, real_tokens: int, repeats: int) -> dict[str, Any]:
+    import torch
+
+    def update():
+        learner_group.update(batch=batch, minibatch_size=None, num_epochs=1, shuffle_batch_per_epoch=False,
+                             timesteps={"num_env_steps_sampled_lifetime": 0})
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    update()
+    bare()  # warm-up: allocator, optimizer state
+    wall = {"grpo": [], "bare": []}
+    cpu = {"grpo": [], "bare": []}
+    for _ in range(repeats):
+        for side, fn in (("grpo", update), ("bare", bare)):
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall[side].append(time.perf_counter() - w0)
+            cpu[side].append(time.process_time() - c0)
+    ratios = [b / g for g, b in zip(wall["grpo"], wall["bare"])]
+    cpu_ratios = [b / g for g, b in zip(cpu["grpo"], cpu["bare"])]
+    return {
+        "ratio": round(median(ratios), 4),
+        # CPU time of this process: what the machine's other load cannot stretch (CPU runs).
+        "ratio_cpu_time": round(median(cpu_ratios), 4),
+        "grpo_tokens_per_s": round(real_tokens / median(wall["grpo"]), 1),
+        "bare_tokens_per_s": round(real_tokens / median(wall["bare"]), 1),
+        "grpo_update_s": [round(x, 4) for x in wall["grpo"]],
+        "bare_step_s": [round(x, 4) for x in wall["bare"]],
+        "grpo_update_cpu_s": [round(x, 4) for x in cpu["grpo"]],
+        "bare_step_cpu_s": [round(x, 4) for x in cpu["bare"]],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="embedded",
+                        help="model path or hub id; 'embedded' / 'embedded-25m': the project's own Qwen2s")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--tasks", type=int, default=4, help="GRPO groups (TextCraft tasks) in the batch")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-turns", type=int, default=12)
+    parser.add_argument("--micro-batch-size", type=int, default=4)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--modes", default="no_kl,kl,no_kl_in_order",
+                        help="no_kl: same work as the bare step; kl: the default config; "
+                             "no_kl_in_order: micro-batches in batch order (the learner before length sorting)")
+    parser.add_argument("--cpu-threads", type=int, default=1, help="CPU only: torch threads (0: torch's default)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    quiet_logs()
+    threads = limit_cpu_threads(args.cpu_threads)
+    args.model = model_path(args.model)
+
+    trajectories = expert_trajectories(args.model, args.tasks, args.group_size, args.max_turns, args.seed)
+    lengths = [len(t.token_ids) for t in trajectories]
+    real_tokens = sum(lengths)
+    result: dict[str, Any] = {
+        "benchmark": "learner",
+        "meta": meta(__file__, argv),
+        "target_ratio": TARGET,
+        "settings": {**{k: v for k, v in vars(args).items() if k != "out"}, **threads},
+        "batch": {
+            "trajectories": len(trajectories),
+            "real_tokens": real_tokens,
+            "generated_tokens": sum(t.num_generated_tokens for t in trajectories),
+            "min_len": min(lengths),
+            "max_len": max(lengths),
+            "padding_waste_full_batch": round(len(lengths) * max(lengths) / real_tokens - 1, 4),
+            "padding_waste_micro_in_order": round(padding_waste(lengths, args.micro_batch_size, False), 4),
+            "padding_waste_micro_by_length": round(padding_waste(lengths, args.micro_batch_size, True), 4),
+        },
+        "modes": {},
+    }
+    from rllib_agentgym.algorithms.grpo.torch import grpo_torch_learner
+
+    by_length = grpo_torch_learner.micro_batches_by_length
+    for mode in args.modes.split(","):
+        use_kl = mode == "kl"
+        # no_kl_in_order: the learner's micro-batches cut in batch order, as before they were formed by length.
+        grpo_torch_learner.micro_batches_by_length = in_batch_order if mode == "no_kl_in_order" else by_length
+        try:
+            config = grpo_config(args, use_kl)
+            learner_group = build_learner_group(config)
+            batch = build_batch(config, trajectories)
+            bare = BareStep(args, batch.policy_batches["default_policy"], with_reference=use_kl)
+            result["modes"][mode] = measure(learner_group, batch, bare, real_tokens, args.repeats)
+            learner_group.shutdown()
+            del bare
+        finally:
+            grpo_torch_learner.micro_batches_by_length = by_length
+    result["ratio"] = result["modes"].get("no_kl", next(iter(result["modes"].values())))["ratio"]
+    result["target_met"] = result["ratio"] >= TARGET
+    return emit(result, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Run every benchmark, print one table (Markdown) and write the JSON.
+
+    python benchmarks/run_all.py                       # all, default sizes (~15-25 min on 2 busy cores)
+    python benchmarks/run_all.py --quick               # smaller counts, a few minutes
+    python benchmarks/run_all.py --only rollout,learner --out-dir /tmp/bench
+
+Each benchmark runs in its own process (its own vLLM engine / Ray cluster)
+and writes `<out-dir>/<name>.json`; this script then writes
+`<out-dir>/run_all.json` (every result plus the table rows) and
+`<out-dir>/table.md`. A benchmark that fails is reported in the table with
+its error; the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/run_all.py`
+
+from benchmarks.common import ROOT, meta  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+# name -> (script, default arguments, --quick arguments)
+BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
+    "rollout": ("rollout.py", [], ["--tasks", "2", "--max-turns", "3", "--repeats", "3"]),
+    "learner": ("learner.py", [], ["--tasks", "2", "--group-size", "6", "--repeats", "2"]),
+    "env_servers": ("env_servers.py", [], ["--steps", "100", "--tasks", "2"]),
+    "weight_sync": ("weight_sync.py", [], ["--repeats", "3"]),
+    "weight_sync_25m": ("weight_sync.py", ["--model", "embedded-25m"], ["--model", "embedded-25m", "--repeats", "3"]),
+    "scaling": ("scaling.py", [], ["--tasks", "2", "--repeats", "2"]),
+}
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if isinstance(x, bool):
+        return "yes" if x else "NO"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return str(x)
+
+
+Row = tuple[str, str, str, str, str, str]  # benchmark, what, framework, limit, ratio, target
+
+
+def _rollout_rows(r: dict) -> list[Row]:
+    rows = []
+    for mode, m in r["modes"].items():
+        rows.append(("rollout", f"LLMEnvRunner tokens/s, TextCraft {mode}", _fmt(m["runner_tokens_per_s"]),
+                     f"{_fmt(m['raw_tokens_per_s'])} (raw vLLM)",
+                     f"{_fmt(m['ratio'])} wall / {_fmt(m['ratio_cpu_time'])} CPU",
+                     f">= {r['target_ratio']}: {_fmt(min(m['ratio'], m['ratio_cpu_time']) >= r['target_ratio'])}"))
+        rows.append(("rollout", f"share of runner wall in env / bookkeeping ({mode})",
+                     f"{m['runner_share_env']:.1%} / {m['runner_share_other']:.1%}", "", "", ""))
+    return rows
+
+
+def _learner_rows(r: dict) -> list[Row]:
+    rows = []
+    for mode, m in r["modes"].items():
+        what = "GRPO update tokens/s " + {"no_kl": "(no KL: same work as bare)", "kl": "(KL to ref; bare + ref fwd)",
+                                          "no_kl_in_order": "(no KL, micro-batches in batch order: before sorting)"}[mode]
+        rows.append(("learner", what, _fmt(m["grpo_tokens_per_s"]), f"{_fmt(m['bare_tokens_per_s'])} (bare f+b+step)",
+                     f"{_fmt(m['ratio'])} wall / {_fmt(m['ratio_cpu_time'])} CPU",
+                     f">= {r['target_ratio']}: {_fmt(max(m['ratio'], m['ratio_cpu_time']) >= r['target_ratio'])}"))
+    b = r["batch"]
+    rows.append(("learner", f"padding waste, micro-batches of {r['settings']['micro_batch_size']} "
+                 f"({b['trajectories']} traj, {b['min_len']}-{b['max_len']} tok)",
+                 f"{b['padding_waste_micro_by_length']:.1%} (by length)", f"{b['padding_waste_micro_in_order']:.1%} (in order)",
+                 "", ""))
+    return rows
+
+
+def _env_rows(r: dict) -> list[Row]:
+    rows = []
+    target = r["target_http_overhead_p50_ms"]
+    for family, f in r["families"].items():
+        if "skipped" in f:
+            rows.append(("env_servers", f"{family}: skipped", f["skipped"][:80], "", "", ""))
+            continue
+        for n in f["http"]:
+            h, i = f["http"][n], f["inprocess"][n]
+            rows.append(("env_servers", f"{family}, {n} session(s): HTTP p50/p99 ms, steps/s",
+                         f"{h['step_p50_ms']:.2f}/{h['step_p99_ms']:.2f}, {_fmt(h['steps_per_s'])}",
+                         f"{i['step_p50_ms']:.3f}/{i['step_p99_ms']:.3f}, {_fmt(i['steps_per_s'])} (in-process)",
+                         f"+{f['http_overhead_p50_ms'][n]:.2f} ms p50",
+                         f"< {target} ms: {_fmt(f['http_overhead_p50_ms'][n] < target)}" if n == min(f["http"], key=int) else ""))
+        if f.get("note"):
+            rows.append(("env_servers", f"{family}: note", f["note"], "", "", ""))
+    return rows
+
+
+def _weight_rows(r: dict) -> list[Row]:
+    size = f"{r['model_bytes'] / 2**20:.0f} MiB"
+    return [("weight_sync", f"set_weights into vLLM, {size} ({r['num_tensors']} tensors)", f"{r['set_weights_s'] * 1e3:.1f} ms",
+             f"{r['limit_s'] * 1e3:.2f} ms ({r['copy']['bytes_per_s'] / 1e9:.1f} GB/s {r['copy']['direction']})",
+             f"{_fmt(r['efficiency'])}", "")]
+
+
+def _scaling_rows(r: dict) -> list[Row]:
+    rows = []
+    for kind in ("strong", "weak"):
+        if kind not in r:
+            continue
+        for n, m in r[kind].items():
+            rows.append(("scaling", f"{kind}: {n} runner(s) tokens/s (tokens per CPU s)",
+                         f"{_fmt(m['tokens_per_s'])} ({_fmt(m['tokens_per_cpu_s'])})", f"ideal x{m['ideal_speedup']}",
+                         f"x{_fmt(m['speedup'])}", ""))
+    return rows
+
+
+ROWS: dict[str, Callable[[dict], list[Row]]] = {
+    "rollout": _rollout_rows,
+    "learner": _learner_rows,
+    "env_servers": _env_rows,
+    "weight_sync": _weight_rows,
+    "weight_sync_25m": _weight_rows,
+    "scaling": _scaling_rows,
+}
+
+
+def table(rows: Sequence[Row]) -> str:
+    head = ("benchmark", "measure", "this framework", "limit (same run)", "ratio", "target")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset of: " + ", ".join(BENCHMARKS))
+    parser.add_argument("--quick", action="store_true", help="smaller counts")
+    parser.add_argument("--out-dir", default=str(HERE / "results"))
+    args = parser.parse_args(argv)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    results: dict[str, Any] = {}
+    rows: list[Row] = []
+    for name in [n.strip() for n in args.only.split(",") if n.strip()]:
+        script, default_args, quick_args = BENCHMARKS[name]
+        out = out_dir / f"{name}.json"
+        cmd = [sys.executable, str(HERE / script), *(quick_args if args.quick else default_args), "--out", str(out)]
+        print(f"== {name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        elapsed = time.perf_counter() - t0
+        if proc.returncode != 0 or not out.exists():
+            error = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            results[name] = {"error": error, "returncode": proc.returncode}
+            rows.append((name, "FAILED", error[:120], "", "", ""))
+            print(f"   failed after {elapsed:.0f} s: {error}", file=sys.stderr)
+            continue
+        results[name] = json.loads(out.read_text())
+        rows.extend(ROWS[name](results[name]))
+        print(f"   done in {elapsed:.0f} s", file=sys.stderr)
+
+    text = table(rows)
+    print(text)
+    (out_dir / "table.md").write_text(text + "\n")
+    keys = ("benchmark", "measure", "framework", "limit", "ratio", "target")
+    summary = {"meta": meta(__file__, argv), "table": [dict(zip(keys, r)) for r in rows], "results": results}
+    (out_dir / "run_all.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    print(f"\nJSON: {out_dir / 'run_all.json'}", file=sys.stderr)
+    return 0 if all("error" not in r for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

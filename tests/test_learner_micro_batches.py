@@ -1,0 +1,80 @@
+"""Length-sorted micro-batches: less padding, the same loss, gradients and reference log-probs."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
+from rllib_agentgym.algorithms.grpo.torch import grpo_torch_learner
+from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import micro_batches_by_length
+from rllib_agentgym.core.trajectory import Trajectory
+from rllib_agentgym.envs.gym_env import text_space
+
+LENGTHS = [40, 90, 55, 120, 30, 75]
+
+
+def test_micro_batches_group_rows_by_length():
+    groups = micro_batches_by_length(LENGTHS, 2)
+    assert [list(g) for g in groups] == [[3, 1], [5, 2], [0, 4]]
+    assert sorted(int(i) for g in groups for i in g) == list(range(len(LENGTHS)))
+    assert [list(g) for g in micro_batches_by_length(LENGTHS, 0)] == [[3, 1, 5, 2, 0, 4]]
+
+
+def _in_batch_order(lengths, micro):
+    micro = max(1, int(micro or len(lengths)))
+    return [np.arange(i, min(i + micro, len(lengths))) for i in range(0, len(lengths), micro)]
+
+
+def _batch(config):
+    rng = np.random.default_rng(0)
+    trajectories = []
+    for i, n in enumerate(LENGTHS):
+        t = Trajectory(env="textcraft", data_idx=i // 3, group_id=i // 3)
+        t.append(rng.integers(3, 1900, size=n // 2).tolist(), generated=False)
+        t.append(rng.integers(3, 1900, size=n - n // 2).tolist(), generated=True, logprobs=[-1.0] * (n - n // 2))
+        t.reward = float(i % 3)
+        trajectories.append(t)
+    return GRPO._build_batch(types.SimpleNamespace(config=config), trajectories)
+
+
+def _update(learner_group, config):
+    batch = _batch(config)
+    results = learner_group.update(batch=batch, minibatch_size=None, num_epochs=1, shuffle_batch_per_epoch=False,
+                                   timesteps={"num_env_steps_sampled_lifetime": 0})
+    learner = learner_group._learner
+    llm = learner.module["default_policy"].unwrapped().llm
+    grads = {name: p.grad.detach().clone() for name, p in llm.named_parameters() if p.grad is not None}
+    loss = float(results[0]["default_policy"]["total_loss"].peek())
+    arrays = batch.policy_batches["default_policy"]
+    # Log-probs at padding positions depend on the micro-batch's width and are never used.
+    return loss, grads, np.where(arrays["attention_mask"] == 1, arrays["ref_logprobs"], 0.0)
+
+
+def test_sorted_micro_batches_leave_loss_and_gradients_unchanged(embedded_model, monkeypatch):
+    # lr = 0: the update leaves the weights as they were, so both runs start from the same point.
+    config = (
+        GRPOConfig()
+        .environment("agentgym/textcraft")
+        .llm(model_path=embedded_model)
+        .training(micro_batch_size=2, lr=0.0, kl_coef=0.1, entropy_coeff=0.01)
+        .learners(num_learners=0)
+    )
+    spec = config.get_default_rl_module_spec()
+    spec.observation_space, spec.action_space = text_space(), text_space()
+    learner_group = config.build_learner_group(rl_module_spec=spec)
+    try:
+        sorted_loss, sorted_grads, sorted_ref = _update(learner_group, config)
+        monkeypatch.setattr(grpo_torch_learner, "micro_batches_by_length", _in_batch_order)
+        order_loss, order_grads, order_ref = _update(learner_group, config)
+    finally:
+        learner_group.shutdown()
+    assert sorted_loss == pytest.approx(order_loss, rel=1e-5, abs=1e-7)
+    assert sorted_grads.keys() == order_grads.keys() and sorted_grads
+    for name, grad in sorted_grads.items():
+        torch.testing.assert_close(grad, order_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    np.testing.assert_allclose(sorted_ref, order_ref, rtol=1e-5, atol=1e-6)
+    assert np.abs(sorted_ref).sum() > 0
