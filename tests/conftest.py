@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
+
+# Built models, exports and indexes go to a temp cache of this test session, not the
+# user's ~/.cache (set before anything imports the package; Ray workers inherit it).
+_OWN_CACHE = None
+if "RLLIB_AGENTGYM_CACHE" not in os.environ:
+    _OWN_CACHE = os.environ["RLLIB_AGENTGYM_CACHE"] = tempfile.mkdtemp(prefix="rllib_agentgym_test_cache_")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _OWN_CACHE:
+        import shutil
+
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
