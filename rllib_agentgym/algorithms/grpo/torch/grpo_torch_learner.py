@@ -44,6 +44,7 @@ KL = "kl"
 ENTROPY = "entropy"
 VALUE_OPTIMIZER = "value"
 TOKEN_LEVEL_ESTIMATORS = ("reinforce_plus_plus", "gae")
+SUMMED_STATS = {POLICY_LOSS, VF_LOSS, KL, ENTROPY, "sft_loss"}  # aggregated with the minibatch's counts
 
 
 def micro_batches_by_length(lengths, micro: int) -> list[np.ndarray]:
@@ -245,9 +246,12 @@ class GRPOTorchLearner(TorchLearner):
                 )
                 (loss * world).backward()
             total_loss += float(loss.detach())
+            # Loss terms are already this micro-batch's share of the minibatch's (global counts):
+            # they add up. Ratios and fractions are micro-batch means: weight them by rows.
             weight = micro["input_ids"].shape[0] / n
             for name, value in self._last_stats.items():
-                stats_sums[name] = stats_sums.get(name, 0.0) + weight * float(value)
+                share = 1.0 if name in SUMMED_STATS else weight
+                stats_sums[name] = stats_sums.get(name, 0.0) + share * float(value)
         for name, value in stats_sums.items():
             self.metrics.log_value((module_id, name), value, window=1)
         return torch.tensor(total_loss)
