@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 EMBEDDED_NAME = "embedded"
+EMBEDDED_AGENT_NAME = "embedded-agent"  # the SFT-trained agent (rllib_agentgym/agent_model.py)
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -70,10 +71,15 @@ def embedded_model_path(config: EmbeddedModelConfig | None = None) -> Path:
 
 
 def resolve_model_path(model: str) -> str:
-    """`"embedded"` -> the built folder; an RLlib checkpoint dir -> its exported policy
+    """`"embedded"` -> the built folder; `"embedded-agent"` -> the cached agent model (built by
+    `python -m rllib_agentgym.prepare --agent`); an RLlib checkpoint dir -> its exported policy
     (a warm start); anything else (a model folder or hub id) as is."""
     if model == EMBEDDED_NAME:
         return str(embedded_model_path())
+    if model == EMBEDDED_AGENT_NAME:
+        from rllib_agentgym.agent_model import agent_model_path
+
+        return str(agent_model_path())
     from rllib_agentgym.export import exported_model_path, is_rllib_checkpoint
 
     if is_rllib_checkpoint(model):

@@ -1,0 +1,165 @@
+"""GRPO from the warm-started agent: test-split success per iteration, over seeds.
+
+    python benchmarks/learning_curves.py --env textcraft --seeds 0,1,2 --iterations 30 \\
+        --out benchmarks/results/learning_textcraft.json --plot docs/img/learning_textcraft.png
+    python benchmarks/learning_curves.py --env babyai --seeds 0,1,2 --iterations 30 ...
+
+Each seed trains `tuned_examples/<env>_warmstart_cpu.yaml` (GRPO from
+`model_path: embedded-agent`) in this process, without Tune, for
+`--iterations` iterations, and evaluates the policy greedily on the same
+test-split tasks (`evaluation_num_tasks` spread over the split, the config's
+evaluation horizon) before training (iteration 0: the warm start) and every
+`--eval-every` iterations. The JSON keeps every curve, the training batches'
+success, the CPU seconds and wall time of every run, and the summary the
+docs quote: final minus warm-start success, mean and spread (sample std)
+over seeds. `--plot` draws the curves (one line per seed, the mean bold).
+
+On a CPU shared with other work, wall time stretches with the load; CPU
+seconds (this process and its env-server children) count the work itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/learning_curves.py`
+
+from benchmarks.common import cpu_seconds, emit, limit_cpu_threads, meta, quiet_logs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def experiment_config(config_file: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The `config` of the (single) experiment in a tuned-example YAML, with `overrides`."""
+    from rllib_agentgym.experiments import load_yaml_file, prepare_experiments
+
+    experiments = prepare_experiments(load_yaml_file(str(config_file)), source=str(config_file),
+                                      config_overrides=dict(overrides or {}))
+    (spec,) = experiments.values()
+    return dict(spec["config"])
+
+
+def _eval_success(algo) -> dict[str, Any]:
+    result = algo.evaluate()["env_runners"]
+    return {"success_rate": float(result["success_rate"]),
+            "by_category": {k: float(v) for k, v in dict(result.get("success_rate_by_category") or {}).items()}}
+
+
+def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print) -> dict[str, Any]:
+    """Train one GRPO run in-process; success on the evaluation split at 0, eval_every, ..., iterations."""
+    from rllib_agentgym.algorithms.grpo.grpo import GRPO
+
+    cfg = GRPO.get_default_config().update_from_dict(dict(config))
+    cfg.log_trajectories = 0
+    cfg.evaluation_interval = None  # evaluated here, on this curve's schedule
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    algo = cfg.build_algo()
+    curve: list[dict[str, Any]] = []
+    train: list[dict[str, Any]] = []
+    try:
+        curve.append({"iteration": 0, **_eval_success(algo)})
+        log(f"  iteration 0 (warm start): test success {curve[-1]['success_rate']:.3f}")
+        for i in range(1, iterations + 1):
+            result = algo.train()
+            runners = result["env_runners"]
+            train.append({"iteration": i, "success_rate": float(runners["success_rate"]),
+                          "horizon": int(runners["horizon"]), "num_turns_mean": float(runners["num_turns_mean"])})
+            if i % eval_every == 0 or i == iterations:
+                curve.append({"iteration": i, **_eval_success(algo)})
+                log(f"  iteration {i}: train success {train[-1]['success_rate']:.3f} (horizon "
+                    f"{train[-1]['horizon']}), test success {curve[-1]['success_rate']:.3f}, "
+                    f"{cpu_seconds() - c0:.0f} cpu-s, {time.perf_counter() - t0:.0f} s")
+    finally:
+        algo.stop()
+    return {"eval": curve, "train": train, "cpu_s": cpu_seconds() - c0, "wall_s": time.perf_counter() - t0}
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Warm start, final, and final minus warm start (mean, sample std, per seed) of the eval success."""
+    start = [r["eval"][0]["success_rate"] for r in runs]
+    final = [r["eval"][-1]["success_rate"] for r in runs]
+    gain = [f - s for s, f in zip(start, final)]
+
+    def stats(xs: list[float]) -> dict[str, Any]:
+        return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0, "values": xs}
+
+    return {"warm_start": stats(start), "final": stats(final), "gain": stats(gain),
+            "best": stats([max(p["success_rate"] for p in r["eval"]) for r in runs])}
+
+
+def plot_curves(series: Mapping[str, Sequence[Mapping[str, Any]]], out: str, title: str) -> None:
+    """One colour per series (e.g. a horizon schedule); thin lines per seed, the mean bold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for colour, (label, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], series.items()):
+        iters = [p["iteration"] for p in runs[0]["eval"]]
+        values = np.array([[p["success_rate"] for p in r["eval"]] for r in runs]) * 100
+        for row in values:
+            ax.plot(iters, row, color=colour, alpha=0.3, linewidth=1)
+        ax.plot(iters, values.mean(axis=0), color=colour, linewidth=2.5, marker="o", label=f"{label} (mean of {len(runs)})")
+    ax.set_xlabel("GRPO iteration")
+    ax.set_ylabel("test-split success, greedy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def init_ray() -> None:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _temp_dir=tempfile.mkdtemp(prefix="ray-bench-"))
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="textcraft", help="textcraft or babyai: tuned_examples/<env>_warmstart_cpu.yaml")
+    parser.add_argument("--config-file", default=None, help="another experiment YAML")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--config", default=None, help="JSON overrides of the config")
+    parser.add_argument("--threads", type=int, default=0, help="torch / vLLM CPU threads (0: defaults)")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--plot", default=None)
+    args = parser.parse_args(argv)
+    quiet_logs()
+    threads = limit_cpu_threads(args.threads)
+    from rllib_agentgym.experiments import parse_json_arg
+
+    config_file = args.config_file or str(ROOT / "tuned_examples" / f"{args.env}_warmstart_cpu.yaml")
+    overrides = parse_json_arg("--config", args.config)
+    init_ray()
+    runs = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        print(f"seed {seed}:", file=sys.stderr)
+        config = experiment_config(config_file, {**overrides, "seed": seed})
+        runs.append({"seed": seed, **run_curve(config, args.iterations, args.eval_every,
+                                               log=lambda m: print(m, file=sys.stderr, flush=True))})
+    result = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
+              "overrides": overrides, "iterations": args.iterations, "runs": runs, "summary": summarize(runs)}
+    if args.plot:
+        name = Path(config_file).stem
+        plot_curves({name: runs}, args.plot, f"GRPO from embedded-agent: {name}")
+    return emit(result, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""The embedded AGENT model: the embedded Qwen2 warm-started by AgentSFT on expert play.
+
+A randomly initialised model never succeeds, so every GRPO group has equal
+rewards and zero advantages: RL from it learns nothing. `model_path:
+embedded-agent` names a model that already succeeds sometimes (and fails
+often), which is what GRPO needs to improve on:
+
+    python -m rllib_agentgym.prepare --agent      # or scripts/build_agent_model.py
+
+1. the families' scripted experts (`envs/<name>/expert.py`) play train-split
+   tasks of TextCraft and BabyAI; their successful episodes become ReAct
+   conversations (`rllib_agentgym.data.experts`);
+2. a fresh embedded model (a larger `EmbeddedModelConfig` than the test
+   model, same tokenizer corpus) is trained on them with the `AgentSFT`
+   trainable (the RL module, tokenization and loss masks of GRPO);
+3. the result is exported as a Hugging Face folder into the cache dir,
+   keyed by a hash of the recipe (and of the tokenizer corpus), like the
+   embedded model.
+
+Nothing of the test splits is trained on. The recipe is deterministic up to
+floating point on one machine; numbers measured with it are in docs/learning.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from rllib_agentgym.core.embedded import EMBEDDED_AGENT_NAME as AGENT_NAME
+from rllib_agentgym.core.embedded import EmbeddedModelConfig, _fingerprint, cache_dir, embedded_model_path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExpertData:
+    """`num` successful expert conversations of one family's train split, at most `max_turns` turns."""
+
+    env: str
+    num: int
+    max_turns: int
+    env_options: tuple[tuple[str, object], ...] = ()
+
+
+def _agent_model_config() -> EmbeddedModelConfig:
+    return EmbeddedModelConfig(
+        hidden_size=384, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2
+    )
+
+
+@dataclass(frozen=True)
+class AgentRecipe:
+    """Everything that defines the agent model (its cache key)."""
+
+    model: EmbeddedModelConfig = field(default_factory=_agent_model_config)
+    data: tuple[ExpertData, ...] = (
+        ExpertData("agentgym/textcraft", 500, 15),
+        ExpertData("agentgym/babyai", 600, 12),
+    )
+    iterations: int = 300
+    batch_size: int = 8  # conversations per optimizer step
+    micro_batch_size: int = 2  # rows of similar length share a micro-batch: little padding
+    lr: float = 1e-3
+    max_model_len: int = 1536  # longer conversations are cut (their first turns still train)
+    model_dtype: str = "bfloat16"  # mixed precision: ~2x faster on CPUs with AVX512-BF16 / AMX
+    seed: int = 0
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True, default=str).encode())
+        digest.update(_fingerprint(self.model).encode())  # the base model (tokenizer corpus included)
+        return digest.hexdigest()[:12]
+
+
+def agent_model_path(recipe: AgentRecipe | None = None, build: bool = False) -> Path:
+    """Folder of the agent model. Built (minutes) when `build`, else FileNotFoundError if absent."""
+    recipe = recipe or AgentRecipe()
+    path = cache_dir() / "models" / f"{AGENT_NAME}-{recipe.fingerprint()}"
+    if not (path / "config.json").exists():
+        if not build:
+            raise FileNotFoundError(
+                f"the {AGENT_NAME} model is not built yet ({path}); build it once with "
+                "`python -m rllib_agentgym.prepare --agent` (about 20 minutes on 2 CPU cores)"
+            )
+        build_agent_model(path, recipe)
+    return path
+
+
+def write_expert_data(recipe: AgentRecipe, folder: Path, log: Callable[[str], None] = print) -> list[str]:
+    """One JSONL file of expert conversations per `recipe.data` entry."""
+    from rllib_agentgym.data.conversations import write_jsonl
+    from rllib_agentgym.data.experts import expert_conversations
+    from rllib_agentgym.envs.registry import family_name
+
+    paths = []
+    for i, item in enumerate(recipe.data):
+        rows = expert_conversations(item.env, "train", item.num, max_steps=item.max_turns,
+                                    env_options=dict(item.env_options))
+        path = folder / f"{i}-{family_name(item.env)}.jsonl"
+        n = write_jsonl(path, rows)
+        log(f"{n} {family_name(item.env)} expert conversations (<= {item.max_turns} turns) -> {path}")
+        paths.append(str(path))
+    return paths
+
+
+def sft_config(recipe: AgentRecipe, data: list[str], base_model: str):
+    from rllib_agentgym.algorithms.sft.sft import AgentSFTConfig
+
+    env = recipe.data[0].env  # AgentSFT needs an env for its (idle) runner; data covers all families
+    return (
+        AgentSFTConfig()
+        .environment(env)
+        # A bfloat16 `model_dtype` trains fp32 weights under bf16 autocast (GRPOConfig).
+        .llm(model_path=base_model, max_model_len=recipe.max_model_len, model_dtype=recipe.model_dtype)
+        .training(sft_data=data, sft_batch_size=recipe.batch_size, micro_batch_size=recipe.micro_batch_size,
+                  lr=recipe.lr, grad_clip=1.0)
+        # Entropy is only a diagnostic for SFT: not computing it saves ~10% of a step.
+        .rl_module(model_config={"compute_entropy": False})
+        .debugging(seed=recipe.seed)
+    )
+
+
+def build_agent_model(path: Path, recipe: AgentRecipe | None = None, log: Callable[[str], None] = print,
+                      work_dir: str | None = None) -> Path:
+    """Generate expert data, train with AgentSFT, export to `path` (atomically)."""
+    import ray
+
+    from rllib_agentgym.export import export_checkpoint
+
+    recipe = recipe or AgentRecipe()
+    base = embedded_model_path(recipe.model)
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False,
+                 log_to_driver=False, _temp_dir=tempfile.mkdtemp(prefix="ray-agent-"))
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        t0 = time.perf_counter()
+        data = write_expert_data(recipe, Path(tmp), log)
+        log(f"expert data: {time.perf_counter() - t0:.0f} s")
+        algo = sft_config(recipe, data, str(base)).build_algo()
+        try:
+            t1 = time.perf_counter()
+            for i in range(recipe.iterations):
+                result = algo.train()
+                if (i + 1) % 10 == 0 or i == 0:
+                    learner = result["learners"]["default_policy"]
+                    log(f"sft iter {i + 1}/{recipe.iterations}: loss {learner['sft_loss']:.4f} "
+                        f"epoch {result.get('sft_epoch', float('nan')):.2f} {time.perf_counter() - t1:.0f} s")
+            ckpt = algo.save(str(Path(tmp) / "checkpoint")).checkpoint.path
+        finally:
+            algo.stop()
+            if started_ray:
+                ray.shutdown()
+        tmp_out = path.with_name(path.name + f".tmp{os.getpid()}")
+        export_checkpoint(ckpt, tmp_out)
+        (tmp_out / "agent_recipe.json").write_text(json.dumps(asdict(recipe), indent=2, default=str))
+        try:
+            tmp_out.rename(path)
+        except OSError:  # built by another process meanwhile
+            shutil.rmtree(tmp_out, ignore_errors=True)
+    log(f"{AGENT_NAME}: {path} ({time.perf_counter() - t0:.0f} s in all)")
+    return path
