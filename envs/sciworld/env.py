@@ -23,7 +23,10 @@ valid-action enumeration (~0.3 s, thousands of "verb object" strings) is
 never run: steps cost ~4 ms.
 
 The JVM starts at the first reset and is reused by later resets (each loads
-a new task variation into it); close() stops it.
+a new task variation into it); close() stops it. The engine carries some
+state across loads in one JVM: the order in which it lists objects, and
+through it the heat-transfer simulation (the same task replayed in one JVM
+can read 56 then 52 degrees). Scores and gold paths do not change.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ the one-task-per-category expert sweep is marked slow.
 
 from __future__ import annotations
 
+import re
+
 import subprocess
 import sys
 import time
@@ -40,6 +42,16 @@ def _wait_gone(pids: set[int], timeout_s: float = 10.0) -> set[int]:
         alive = {p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
         time.sleep(0.05)
     return alive
+
+
+def _mask_readings(observations: list[str]) -> list[str]:
+    """Observations with thermometer readings blanked.
+
+    ScienceWorld's heat transfer depends on what the JVM loaded before (the
+    same task replayed in one JVM reads 56 then 52 degrees), so readings are
+    reproducible only from a fresh engine; everything else must match exactly.
+    """
+    return [re.sub(r"temperature of -?\d+ degrees", "temperature of N degrees", o) for o in observations]
 
 
 def _play_expert(env: SciWorldEnv, data_idx: int) -> tuple[list[str], list[str], list[float], dict]:
@@ -201,7 +213,7 @@ def test_expert_succeeds_in_process_and_over_http_with_the_same_observations(cli
             body = client.post("/step", json={"id": env_id, "action": action}).json()
             remote.append(body["observation"])
             total += body["reward"]
-        assert remote == observations
+        assert _mask_readings(remote) == _mask_readings(observations)
         assert body["done"] and body["info"]["success"] and total == pytest.approx(1.0)
     assert any(0.0 < r < 1.0 for r in played[-1][2])  # use-thermometer pays partial credit
     assert client.post("/close", json={"id": env_id}).json() is True
