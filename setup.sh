@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up rllib-agentgym on a fresh machine, then run the main job:
-# GRPO on TextCraft with the embedded model (tuned_examples/textcraft_cpu.yaml).
+# GRPO on TextCraft from the embedded agent model (tuned_examples/textcraft_cpu.yaml).
 #
 #   bash setup.sh             # set up + train
 #   bash setup.sh --no-train  # set up only
@@ -28,7 +28,8 @@ $PY -m pip install -q --no-deps --no-build-isolation -e .
 # The CUDA builds must not be there even if something pulled them in earlier.
 $PY -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
-# Build (and cache) the embedded model, so the first run does not pay for it.
+# Build (and cache) the embedded model and unpack the shipped embedded agent,
+# so the first run does not pay for them.
 $PY -m rllib_agentgym.prepare
 
 if [ "${1:-}" != "--no-train" ]; then

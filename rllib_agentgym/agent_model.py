@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import tarfile
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -62,13 +63,14 @@ class AgentRecipe:
 
     model: EmbeddedModelConfig = field(default_factory=_agent_model_config)
     data: tuple[ExpertData, ...] = (
-        ExpertData("agentgym/textcraft", 500, 15),
+        ExpertData("agentgym/textcraft", 800, 15),
         ExpertData("agentgym/babyai", 600, 12),
     )
-    iterations: int = 300
+    iterations: int = 420
     batch_size: int = 8  # conversations per optimizer step
     micro_batch_size: int = 2  # rows of similar length share a micro-batch: little padding
-    lr: float = 1e-3
+    lr: float = 1e-3  # decayed linearly to `lr_final` over the run (RLlib lr schedule)
+    lr_final: float = 5e-5
     max_model_len: int = 1536  # longer conversations are cut (their first turns still train)
     model_dtype: str = "bfloat16"  # mixed precision: ~2x faster on CPUs with AVX512-BF16 / AMX
     seed: int = 0
@@ -79,18 +81,86 @@ class AgentRecipe:
         return digest.hexdigest()[:12]
 
 
+SHIPPED_ARCHIVE = Path(__file__).resolve().parent / "assets" / f"{AGENT_NAME}.tar.xz"
+
+
 def agent_model_path(recipe: AgentRecipe | None = None, build: bool = False) -> Path:
-    """Folder of the agent model. Built (minutes) when `build`, else FileNotFoundError if absent."""
+    """Folder of the agent model in the cache dir.
+
+    Found there, or unpacked from the archive shipped in the package (seconds)
+    when that was built from this very recipe, or built (about 20 minutes on
+    2 cores) when `build`; otherwise FileNotFoundError.
+    """
     recipe = recipe or AgentRecipe()
     path = cache_dir() / "models" / f"{AGENT_NAME}-{recipe.fingerprint()}"
-    if not (path / "config.json").exists():
-        if not build:
-            raise FileNotFoundError(
-                f"the {AGENT_NAME} model is not built yet ({path}); build it once with "
-                "`python -m rllib_agentgym.prepare --agent` (about 20 minutes on 2 CPU cores)"
-            )
-        build_agent_model(path, recipe)
+    if (path / "config.json").exists():
+        return path
+    if shipped_fingerprint() == recipe.fingerprint():
+        return unpack_shipped(path)
+    if not build:
+        raise FileNotFoundError(
+            f"the {AGENT_NAME} model is not built yet ({path}) and the shipped one is from another recipe; "
+            "build it once with `python -m rllib_agentgym.prepare --agent` (about 20 minutes on 2 CPU cores)"
+        )
+    return build_agent_model(path, recipe)
+
+
+def shipped_fingerprint(archive: Path = SHIPPED_ARCHIVE) -> str | None:
+    """Recipe fingerprint of the shipped agent model, None when there is none."""
+    if not archive.exists():
+        return None
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile(f"{AGENT_NAME}/agent_recipe.json")
+        return json.load(member).get("fingerprint") if member else None
+
+
+def unpack_shipped(path: Path, archive: Path = SHIPPED_ARCHIVE) -> Path:
+    """Unpack the shipped model into `path` (atomically: a half-unpacked folder is never seen)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{AGENT_NAME}-", dir=path.parent if path.parent.exists() else None))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            (tmp / AGENT_NAME).rename(path)
+        except OSError:  # unpacked by another process meanwhile
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def pack_for_shipping(recipe: AgentRecipe | None = None, archive: Path = SHIPPED_ARCHIVE) -> Path:
+    """Write the built model of `recipe` as the shipped archive: bf16 weights, xz (~16 MB).
+
+    The weights are rounded to bfloat16 (the dtype the CPU examples run in);
+    the recipe and its fingerprint go along, so a changed recipe rebuilds.
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    recipe = recipe or AgentRecipe()
+    path = agent_model_path(recipe)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / AGENT_NAME
+        shutil.copytree(path, staged)
+        (staged / "agent_recipe.json").write_text(
+            json.dumps({"fingerprint": recipe.fingerprint(), **asdict(recipe)}, indent=2, default=str))
+        for weights in staged.glob("*.safetensors"):
+            tensors = load_file(weights)
+            save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, weights,
+                      metadata={"format": "pt"})
+        config = json.loads((staged / "config.json").read_text())
+        config["torch_dtype"] = config["dtype"] = "bfloat16"
+        (staged / "config.json").write_text(json.dumps(config, indent=2))
+        with tarfile.open(archive, "w:xz", preset=9) as tar:
+            for file in sorted(staged.iterdir()):  # fixed order and metadata: a reproducible archive
+                info = tar.gettarinfo(file, arcname=f"{AGENT_NAME}/{file.name}")
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                with open(file, "rb") as f:
+                    tar.addfile(info, f)
+    return archive
 
 
 def write_expert_data(recipe: AgentRecipe, folder: Path, log: Callable[[str], None] = print) -> list[str]:
@@ -120,7 +190,7 @@ def sft_config(recipe: AgentRecipe, data: list[str], base_model: str):
         # A bfloat16 `model_dtype` trains fp32 weights under bf16 autocast (GRPOConfig).
         .llm(model_path=base_model, max_model_len=recipe.max_model_len, model_dtype=recipe.model_dtype)
         .training(sft_data=data, sft_batch_size=recipe.batch_size, micro_batch_size=recipe.micro_batch_size,
-                  lr=recipe.lr, grad_clip=1.0)
+                  lr=[[0, recipe.lr], [recipe.iterations * recipe.batch_size, recipe.lr_final]], grad_clip=1.0)
         # Entropy is only a diagnostic for SFT: not computing it saves ~10% of a step.
         .rl_module(model_config={"compute_entropy": False})
         .debugging(seed=recipe.seed)
@@ -160,7 +230,8 @@ def build_agent_model(path: Path, recipe: AgentRecipe | None = None, log: Callab
                 ray.shutdown()
         tmp_out = path.with_name(path.name + f".tmp{os.getpid()}")
         export_checkpoint(ckpt, tmp_out)
-        (tmp_out / "agent_recipe.json").write_text(json.dumps(asdict(recipe), indent=2, default=str))
+        (tmp_out / "agent_recipe.json").write_text(
+            json.dumps({"fingerprint": recipe.fingerprint(), **asdict(recipe)}, indent=2, default=str))
         try:
             tmp_out.rename(path)
         except OSError:  # built by another process meanwhile

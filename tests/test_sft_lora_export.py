@@ -82,6 +82,22 @@ def test_sft_lowers_loss_and_grpo_warm_starts_from_its_checkpoint(ray_local, tmp
     assert torch.equal(engine_weights, exported.state_dict()[key])
 
 
+def test_sft_lr_schedule_is_keyed_by_conversations_trained(ray_local, embedded_model):
+    # RLlib's lr schedule: piecewise linear in the timestep, here the conversations seen before a step.
+    cfg = (
+        AgentSFTConfig()
+        .environment("agentgym/textcraft")
+        .training(sft_expert={"num": 8}, sft_batch_size=4, lr=[[0, 1e-3], [8, 1e-4]], micro_batch_size=4)
+        .debugging(seed=0)
+    )
+    algo = cfg.build_algo()
+    try:
+        lrs = [algo.train()["learners"]["default_policy"]["default_optimizer_learning_rate"] for _ in range(4)]
+    finally:
+        algo.stop()
+    assert lrs == pytest.approx([1e-3, 5.5e-4, 1e-4, 1e-4])
+
+
 def test_lora_trains_only_the_adapter_and_export_merges_it(ray_local, tmp_path, embedded_model):
     losses, ckpt = _sft(tmp_path, lora=LORA, iterations=2)
     assert losses[-1] < losses[0]

@@ -3,7 +3,8 @@
 Data: `sft_data` (JSONL files of conversations, ours or AgentGym's format)
 and/or `sft_expert: {num: N, split: train}` (generated at setup from the
 env family's scripted expert). Each iteration trains on the next
-`sft_batch_size` conversations (reshuffled every epoch, seeded). The module,
+`sft_batch_size` conversations (reshuffled every epoch, seeded). An `lr`
+schedule is keyed by the number of conversations trained on. The module,
 tokenization and loss masks are the RL ones, so `model_path: <an AgentSFT
 checkpoint>` starts a GRPO run from the result.
 """
@@ -16,7 +17,7 @@ import numpy as np
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
-from ray.rllib.utils.metrics import LEARNER_RESULTS
+from ray.rllib.utils.metrics import LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
 from rllib_agentgym.core.embedded import resolve_model_path
@@ -102,7 +103,11 @@ class AgentSFT(GRPO):
             attention[i, : len(ids)] = 1
             mask[i, : len(m)] = m
         batch = SampleBatch({"input_ids": input_ids, "attention_mask": attention, "response_mask": mask})
-        results = self.learner_group.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: batch}, env_steps=b))
+        # Timesteps = conversations trained on before this batch: an RLlib `lr`
+        # schedule ([[0, lr0], [n, lr1], ...]) is keyed by it.
+        seen = self.iteration * self.config.sft_batch_size
+        results = self.learner_group.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: batch}, env_steps=b),
+                                            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: seen})
         self.metrics.aggregate(results, key=LEARNER_RESULTS)
         self.metrics.log_value("sft_tokens_trained", float(mask.sum()), reduce="sum")
         self.metrics.log_value("sft_epoch", self._epoch_progress(), window=1)

@@ -1,0 +1,90 @@
+"""Build the `embedded-agent` model and measure it with `rllib evaluate`.
+
+    python scripts/build_agent_model.py                        # build (cached) + evaluate
+    python scripts/build_agent_model.py --no-eval              # = python -m rllib_agentgym.prepare --agent
+    python scripts/build_agent_model.py --report-dir docs/results/agent
+    python scripts/build_agent_model.py --no-eval --ship       # + rllib_agentgym/assets/embedded-agent.tar.xz
+
+Building: expert conversations of the TextCraft and BabyAI train splits, then
+AgentSFT on a fresh embedded Qwen2 (see rllib_agentgym/agent_model.py); the
+result is cached like the embedded model and named `model_path: embedded-agent`.
+The build's wall time and CPU seconds are printed (CPU seconds count the work
+on a machine shared with other jobs).
+
+Evaluating: greedy Avg@1 / Pass@1 per category on the test splits
+(TextCraft: all 125 tasks, 15 turns; BabyAI: all 200 tasks, 12 turns, the
+horizons of the warm-start tuned examples), written as JSON and Markdown
+to --report-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+# (env, evaluation horizon, tasks: None = the whole test split)
+EVALS = (("agentgym/textcraft", 15, None), ("agentgym/babyai", 12, None))
+
+
+def cpu_seconds() -> float:
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def evaluate_agent(model: str, report_dir: Path | None, engine: str, num_tasks: int | None) -> dict:
+    from rllib_agentgym.evaluation import evaluate
+
+    reports = {}
+    for env, horizon, tasks in EVALS:
+        report = evaluate(model, env=env, split="test", max_turns=horizon, num_tasks=num_tasks or tasks,
+                          engine=engine, max_model_len=4096, progress=False)
+        print(report.markdown())
+        name = env.split("/")[1]
+        reports[name] = report.to_json()
+        if report_dir is not None:
+            report_dir.mkdir(parents=True, exist_ok=True)
+            (report_dir / f"{name}.json").write_text(json.dumps(reports[name], indent=1))
+            (report_dir / f"{name}.md").write_text(report.markdown())
+    return reports
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="build and evaluate the embedded agent model")
+    parser.add_argument("--no-eval", action="store_true")
+    parser.add_argument("--report-dir", default=None, help="write the evaluation tables (JSON + Markdown) here")
+    parser.add_argument("--engine", default="vllm", choices=["vllm", "hf", "auto"])
+    parser.add_argument("--num-tasks", type=int, default=None, help="evaluate on N tasks per env (default: whole splits)")
+    parser.add_argument("--ship", action="store_true",
+                        help="also write the shipped archive (rllib_agentgym/assets/embedded-agent.tar.xz)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from rllib_agentgym.agent_model import agent_model_path
+
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    path = agent_model_path(build=True)
+    print(f"embedded-agent: {path} ({time.perf_counter() - t0:.0f} s wall, {cpu_seconds() - c0:.0f} CPU s)")
+    if args.ship:
+        from rllib_agentgym.agent_model import pack_for_shipping
+
+        archive = pack_for_shipping()
+        print(f"shipped archive: {archive} ({archive.stat().st_size / 2**20:.1f} MiB)")
+    if not args.no_eval:
+        evaluate_agent("embedded-agent", Path(args.report_dir) if args.report_dir else None, args.engine, args.num_tasks)
+
+
+if __name__ == "__main__":
+    main()
