@@ -299,7 +299,7 @@ def evaluate(source: str, *, env: str | None = None, split: str = "test", k: int
                           engine=engine, env_config=env_config, seed=seed, max_new_tokens=max_new_tokens,
                           max_model_len=max_model_len)
     try:
-        task_ids = select_tasks(runner.spec.split_ids(split), num_tasks)
+        task_ids = select_tasks(runner.task_ids, num_tasks)
         bar = tqdm(total=len(task_ids), unit="task", desc=f"{runner.spec.name}/{split}", disable=not progress)
         seen: list = []
 
@@ -325,14 +325,28 @@ def evaluate(source: str, *, env: str | None = None, split: str = "test", k: int
 # ---- periodic evaluation during training (RLlib's `evaluation_interval`) --------------
 
 
-def evaluation_split(algo_config) -> str:
-    """The split named by `evaluation_config: {env_config: {split: ...}}`, else "test"."""
+def _evaluation_env_overrides(algo_config) -> Mapping[str, Any]:
     overrides = algo_config.evaluation_config or {}
     if isinstance(overrides, Mapping):
         env_config = overrides.get("env_config")
     else:  # an AlgorithmConfig object
         env_config = getattr(overrides, "env_config", None)
-    return str((env_config or {}).get("split") or "test")
+    return env_config or {}
+
+
+def evaluation_split(algo_config) -> str:
+    """The split named by `evaluation_config: {env_config: {split: ...}}`, else "test"."""
+    return str(_evaluation_env_overrides(algo_config).get("split") or "test")
+
+
+def evaluation_task_ids(algo_config) -> list[int]:
+    """Task ids of the evaluation split, restricted to env_config `categories` (the
+    evaluation config's, else the training config's) when set."""
+    from rllib_agentgym.envs.registry import get_spec
+
+    overrides = _evaluation_env_overrides(algo_config)
+    categories = overrides.get("categories", (algo_config.env_config or {}).get("categories"))
+    return get_spec(algo_config.env).task_ids(evaluation_split(algo_config), categories)
 
 
 def _play_greedy(runner, task_ids: Sequence[int], horizon: int):
@@ -358,10 +372,8 @@ def evaluate_during_training(algo) -> dict[str, Any]:
 
     from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS
 
-    from rllib_agentgym.envs.registry import get_spec
-
     cfg = algo.config
-    task_ids = select_tasks(get_spec(cfg.env).split_ids(evaluation_split(cfg)), cfg.evaluation_num_tasks)
+    task_ids = select_tasks(evaluation_task_ids(cfg), cfg.evaluation_num_tasks)
     horizon = int(algo.evaluation_config.max_turns)
     group = algo.eval_env_runner_group
     if group is not None:

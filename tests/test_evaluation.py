@@ -16,6 +16,7 @@ from rllib_agentgym.evaluation import (
     TaskOutcome,
     avg_at_k,
     evaluation_split,
+    evaluation_task_ids,
     load_policy,
     outcomes_from_trajectories,
     pass_at_k,
@@ -86,6 +87,25 @@ def test_evaluation_split_rule():
     assert evaluation_split(GRPOConfig()) == "test"
     cfg = GRPOConfig().evaluation(evaluation_config={"env_config": {"split": "dev"}})
     assert evaluation_split(cfg) == "dev"
+
+
+def test_categories_restrict_the_split_for_training_and_evaluation():
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+    from rllib_agentgym.envs.registry import get_spec
+
+    spec = get_spec("agentgym/babyai")
+    test_ids = spec.task_ids("test")
+    goto_open = spec.task_ids("test", ["GoTo", "Open"])
+    assert goto_open and set(goto_open) < set(test_ids)
+    assert {spec.category(i) for i in goto_open} == {"GoTo", "Open"}
+    assert len(goto_open) == sum(spec.category(i) in ("GoTo", "Open") for i in test_ids)
+    with pytest.raises(ValueError, match="no category Goto.*its categories: .*GoTo"):
+        spec.task_ids("test", ["Goto"])
+    # Periodic evaluation: the evaluation config's categories, else the training config's.
+    cfg = GRPOConfig().environment("agentgym/babyai", env_config={"split": "train", "categories": ["GoTo", "Open"]})
+    assert evaluation_task_ids(cfg) == goto_open
+    cfg.evaluation(evaluation_config={"env_config": {"split": "test", "categories": ["Open"]}})
+    assert evaluation_task_ids(cfg) == spec.task_ids("test", ["Open"])
 
 
 def test_load_policy_model_path_and_missing_dir(tmp_path):

@@ -122,7 +122,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.spec = get_spec(self.config.env)
         self._env_config = dict(self.config.env_config or {})
         self._split = self._env_config.get("split", "train")
-        self._task_ids = self.spec.split_ids(self._split)
+        self._task_ids = self.spec.task_ids(self._split, self._env_config.get("categories"))
         self._seed = (self.config.seed if self.config.seed is not None else 0) + 1000 * (self.worker_index or 0)
         self._num_sample_calls = 0
         self._max_turns = int(self.config.max_turns)
@@ -176,6 +176,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     def set_max_turns(self, max_turns: int) -> None:
         self._max_turns = int(max_turns)
+
+    @property
+    def task_ids(self) -> list[int]:
+        """The tasks this runner draws from: its split, limited to env_config `categories`."""
+        return list(self._task_ids)
 
     def get_max_turns(self) -> int:
         return self._max_turns

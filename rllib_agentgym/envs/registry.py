@@ -9,6 +9,8 @@
     (neither):    in-process mode: the env class is called directly
     env_options:  dict passed to /create (or the env class)
     split:        task split to draw from ("train" by default)
+    categories:   only the split's tasks of these categories (e.g. [GoTo, Open]),
+                  in training and in periodic evaluation
     client_timeout_s (60), client_retries (3), client_backoff_s (0.5):
                   HTTP fault tolerance: per-request timeout, retries of a failed
                   reset / step (recreating the session), first backoff (doubled

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 _REACT_ACTION = re.compile(r"Action:\s*(.*)", re.DOTALL)
 
@@ -83,6 +83,21 @@ class EnvSpec:
 
     def category(self, data_idx: int) -> str:
         return str(self._tasks().category(data_idx))
+
+    def task_ids(self, split: str, categories: Sequence[str] | None = None) -> list[int]:
+        """The split's task ids, or only those of `categories` (env_config `categories`:
+        train and evaluate on a subset of levels, e.g. a curriculum's first stage)."""
+        ids = self.split_ids(split)
+        if not categories:
+            return ids
+        wanted = {str(c) for c in categories}
+        by_category = {i: self.category(i) for i in ids}
+        unknown = wanted - set(by_category.values())
+        if unknown:
+            known = ", ".join(sorted(set(by_category.values())))
+            raise ValueError(f"{self.name} split {split!r} has no category {', '.join(sorted(unknown))}; "
+                             f"its categories: {known}")
+        return [i for i in ids if by_category[i] in wanted]
 
     def action_for_server(self, text: str) -> tuple[str, bool]:
         """(action to send, whether the text was well-formed)."""
