@@ -69,8 +69,11 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
         for i in range(1, iterations + 1):
             result = algo.train()
             runners = result["env_runners"]
+            learner = result["learners"]["default_policy"]
             train.append({"iteration": i, "success_rate": float(runners["success_rate"]),
-                          "horizon": int(runners["horizon"]), "num_turns_mean": float(runners["num_turns_mean"])})
+                          "horizon": int(runners["horizon"]), "num_turns_mean": float(runners["num_turns_mean"]),
+                          **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss") if k in learner}})
+            log(f"    iteration {i}: " + ", ".join(f"{k} {v:.3g}" for k, v in train[-1].items() if k != "iteration"))
             if i % eval_every == 0 or i == iterations:
                 curve.append({"iteration": i, **_eval_success(algo)})
                 log(f"  iteration {i}: train success {train[-1]['success_rate']:.3f} (horizon "

@@ -59,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--short", type=int, default=4)
     parser.add_argument("--long", type=int, default=15)
+    parser.add_argument("--config", default=None, help="JSON overrides of the config, for every arm")
     parser.add_argument("--threads", type=int, default=0, help="torch / vLLM CPU threads (0: defaults)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None)
@@ -66,18 +67,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     quiet_logs()
     threads = limit_cpu_threads(args.threads)
     config_file = args.config_file or str(ROOT / "tuned_examples" / f"{args.env}_warmstart_cpu.yaml")
+    from rllib_agentgym.experiments import parse_json_arg
+
+    common = parse_json_arg("--config", args.config)
     init_ray()
     results: dict[str, Any] = {}
     for name, overrides in arms(args.short, args.long, args.iterations).items():
         runs = []
         for seed in [int(s) for s in args.seeds.split(",")]:
             print(f"{name}, seed {seed}:", file=sys.stderr)
-            config = experiment_config(config_file, {**overrides, "seed": seed})
+            config = experiment_config(config_file, {**common, **overrides, "seed": seed})
             runs.append({"seed": seed, **run_curve(config, args.iterations, args.eval_every,
                                                    log=lambda m: print(m, file=sys.stderr, flush=True))})
         results[name] = {"overrides": overrides, "runs": runs, "summary": summarize(runs)}
     out = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
-           "iterations": args.iterations, "arms": results}
+           "iterations": args.iterations, "overrides": common, "arms": results}
     if args.plot:
         plot_curves({name: arm["runs"] for name, arm in results.items()}, args.plot,
                     f"ScalingInter ablation on {args.env} (GRPO from embedded-agent)")

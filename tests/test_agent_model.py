@@ -31,3 +31,29 @@ def test_embedded_agent_unpacks_into_the_cache_and_loads(embedded_model):
     agent_tok, base_tok = AutoTokenizer.from_pretrained(path), AutoTokenizer.from_pretrained(embedded_model)
     assert agent_tok.get_vocab() == base_tok.get_vocab()
     assert agent_tok.chat_template == base_tok.chat_template
+
+
+def test_embedded_agent_gives_grpo_groups_a_learning_signal(ray_local):
+    """What the warm start is for: a random-init model fails every episode, so every
+    GRPO group has equal rewards and zero advantages; the agent's groups do not."""
+    from rllib_agentgym.algorithms.advantages import grpo_advantages
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+    from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner
+
+    # GoTo levels: about a third solved greedily by the agent.
+    cfg = (GRPOConfig().environment("agentgym/babyai", env_config={"split": "train", "categories": ["GoTo"]})
+           .llm(model_path="embedded-agent", model_dtype="bfloat16", inference_engine="vllm", max_model_len=4096,
+                group_size=4, max_turns=6, max_new_tokens=64, temperature=1.0)
+           .debugging(seed=0))
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    try:
+        go_to = runner.task_ids[:4]
+        assert {runner.spec.category(i) for i in go_to} == {"GoTo"}
+        result = runner.sample(task_ids=go_to)
+    finally:
+        runner.stop()
+    trajectories = result.trajectories
+    assert len(trajectories) == 16 and any(t.success for t in trajectories)
+    rewards = torch.tensor([t.reward for t in trajectories])
+    advantages = grpo_advantages(rewards, torch.tensor([t.group_id for t in trajectories]))
+    assert advantages.abs().sum() > 0  # at least one group has mixed outcomes
