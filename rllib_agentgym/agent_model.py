@@ -80,6 +80,11 @@ class AgentRecipe:
         digest.update(_fingerprint(self.model).encode())  # the base model (tokenizer corpus included)
         return digest.hexdigest()[:12]
 
+    def write_record(self, folder: Path) -> None:
+        """`agent_recipe.json` beside the weights: the recipe and its fingerprint."""
+        (folder / "agent_recipe.json").write_text(
+            json.dumps({"fingerprint": self.fingerprint(), **asdict(self)}, indent=2, default=str))
+
 
 SHIPPED_ARCHIVE = Path(__file__).resolve().parent / "assets" / f"{AGENT_NAME}.tar.xz"
 
@@ -145,8 +150,7 @@ def pack_for_shipping(recipe: AgentRecipe | None = None, archive: Path = SHIPPED
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / AGENT_NAME
         shutil.copytree(path, staged)
-        (staged / "agent_recipe.json").write_text(
-            json.dumps({"fingerprint": recipe.fingerprint(), **asdict(recipe)}, indent=2, default=str))
+        recipe.write_record(staged)
         for weights in staged.glob("*.safetensors"):
             tensors = load_file(weights)
             save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, weights,
@@ -230,8 +234,7 @@ def build_agent_model(path: Path, recipe: AgentRecipe | None = None, log: Callab
                 ray.shutdown()
         tmp_out = path.with_name(path.name + f".tmp{os.getpid()}")
         export_checkpoint(ckpt, tmp_out)
-        (tmp_out / "agent_recipe.json").write_text(
-            json.dumps({"fingerprint": recipe.fingerprint(), **asdict(recipe)}, indent=2, default=str))
+        recipe.write_record(tmp_out)
         try:
             tmp_out.rename(path)
         except OSError:  # built by another process meanwhile
