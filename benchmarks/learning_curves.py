@@ -52,8 +52,11 @@ def _eval_success(algo) -> dict[str, Any]:
             "by_category": {k: float(v) for k, v in dict(result.get("success_rate_by_category") or {}).items()}}
 
 
-def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print) -> dict[str, Any]:
-    """Train one GRPO run in-process; success on the evaluation split at 0, eval_every, ..., iterations."""
+def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print,
+              checkpoint_dir: str | None = None) -> dict[str, Any]:
+    """Train one GRPO run in-process; success on the evaluation split at 0, eval_every, ..., iterations.
+
+    With `checkpoint_dir`, the final Algorithm is saved there (for `rllib evaluate`)."""
     from rllib_agentgym.algorithms.grpo.grpo import GRPO
 
     cfg = GRPO.get_default_config().update_from_dict(dict(config))
@@ -79,6 +82,8 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
                 log(f"  iteration {i}: train success {train[-1]['success_rate']:.3f} (horizon "
                     f"{train[-1]['horizon']}), test success {curve[-1]['success_rate']:.3f}, "
                     f"{cpu_seconds() - c0:.0f} cpu-s, {time.perf_counter() - t0:.0f} s")
+        if checkpoint_dir:
+            algo.save_to_path(checkpoint_dir)
     finally:
         algo.stop()
     return {"eval": curve, "train": train, "cpu_s": cpu_seconds() - c0, "wall_s": time.perf_counter() - t0}
@@ -142,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=0, help="torch / vLLM CPU threads (0: defaults)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None)
+    parser.add_argument("--checkpoints", default=None, help="save each seed's final Algorithm under DIR/seed<k>")
     args = parser.parse_args(argv)
     quiet_logs()
     threads = limit_cpu_threads(args.threads)
@@ -154,8 +160,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for seed in [int(s) for s in args.seeds.split(",")]:
         print(f"seed {seed}:", file=sys.stderr)
         config = experiment_config(config_file, {**overrides, "seed": seed})
+        checkpoint = str(Path(args.checkpoints).resolve() / f"seed{seed}") if args.checkpoints else None
         runs.append({"seed": seed, **run_curve(config, args.iterations, args.eval_every,
-                                               log=lambda m: print(m, file=sys.stderr, flush=True))})
+                                               log=lambda m: print(m, file=sys.stderr, flush=True),
+                                               checkpoint_dir=checkpoint)})
     result = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
               "overrides": overrides, "iterations": args.iterations, "runs": runs, "summary": summarize(runs)}
     if args.plot:

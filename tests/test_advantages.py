@@ -297,3 +297,34 @@ class TestDispatcher:
     def test_unknown_estimator(self):
         with pytest.raises(ValueError, match="gae, grpo, reinforce_plus_plus, rloo"):
             compute_advantages("ppo", rewards=torch.zeros(1))
+
+
+class TestOutcomeRewards:
+    """`reward_type`: what each trajectory is trained on."""
+
+    @staticmethod
+    def trajectories(rewards, successes):
+        from rllib_agentgym.core.trajectory import Trajectory
+
+        return [Trajectory(env="babyai", data_idx=0, group_id=0, reward=r, success=s) for r, s in zip(rewards, successes)]
+
+    def test_return_is_the_env_reward_and_success_is_the_flag(self):
+        from rllib_agentgym.algorithms.rewards import outcome_rewards
+
+        trajs = self.trajectories([0.93, 0.0, 0.25], [True, False, True])
+        assert outcome_rewards(trajs, "return").tolist() == pytest.approx([0.93, 0.0, 0.25])
+        assert outcome_rewards(trajs, "success").tolist() == [1.0, 0.0, 1.0]
+        with pytest.raises(ValueError, match="'return', 'success'"):
+            outcome_rewards(trajs, "score")
+
+    def test_success_reward_silences_step_count_differences(self):
+        # BabyAI: every sample succeeds, 1 - 0.9 * steps / 64 differs by one step. The
+        # step-shaped return gives the group advantages of about +-1; 1[success] gives 0.
+        from rllib_agentgym.algorithms.rewards import outcome_rewards
+
+        trajs = self.trajectories([1 - 0.9 * s / 64 for s in (5, 6, 5, 6)], [True] * 4)
+        groups = torch.zeros(4, dtype=torch.long)
+        shaped = grpo_advantages(torch.as_tensor(outcome_rewards(trajs, "return")), groups)
+        binary = grpo_advantages(torch.as_tensor(outcome_rewards(trajs, "success")), groups)
+        assert shaped.abs().min() > 0.8
+        close(binary, [0.0, 0.0, 0.0, 0.0])

@@ -28,6 +28,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rllib_agentgym.algorithms.advantages import compute_advantages, dynamic_sampling_keep_mask
+from rllib_agentgym.algorithms.rewards import REWARD_TYPES, outcome_rewards
 from rllib_agentgym.callbacks.scaling_inter import HorizonSchedule, ScalingInterCallback, apply_schedule
 from rllib_agentgym.core.trajectory import Trajectory, pad_batch
 from rllib_agentgym.env_runners.llm_env_runner import FORMAT_ERROR_KINDS, LLMEnvRunner, RolloutResult
@@ -56,6 +57,7 @@ class GRPOConfig(AlgorithmConfig):
         self.env_step_threads = 16
         self.log_trajectories = 4  # trajectories written per iteration for the viewer / TensorBoard
         # Loss.
+        self.reward_type = "return"  # "return": the env's summed reward; "success": 1[success] (rewards.py)
         self.advantage_estimator = "grpo"
         self.norm_adv_by_std = True
         self.clip_ratio_low = 0.2
@@ -96,6 +98,7 @@ class GRPOConfig(AlgorithmConfig):
     def training(
         self,
         *,
+        reward_type: Optional[str] = NotProvided,
         advantage_estimator: Optional[str] = NotProvided,
         norm_adv_by_std: Optional[bool] = NotProvided,
         clip_ratio_low: Optional[float] = NotProvided,
@@ -121,7 +124,7 @@ class GRPOConfig(AlgorithmConfig):
     ) -> "GRPOConfig":
         super().training(**kwargs)
         for name, value in dict(
-            advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
+            reward_type=reward_type, advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
             clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, use_kl_loss=use_kl_loss,
             kl_coef=kl_coef, kl_estimator=kl_estimator, loss_agg_mode=loss_agg_mode,
             entropy_coeff=entropy_coeff, micro_batch_size=micro_batch_size, group_size=group_size,
@@ -179,6 +182,8 @@ class GRPOConfig(AlgorithmConfig):
         from rllib_agentgym.algorithms.advantages import ESTIMATORS
         from rllib_agentgym.algorithms.losses import KL_KINDS, LOSS_AGG_MODES
 
+        if self.reward_type not in REWARD_TYPES:
+            self._value_error(f"reward_type {self.reward_type!r} unknown; valid: {list(REWARD_TYPES)}")
         if self.advantage_estimator not in ESTIMATORS:
             self._value_error(f"advantage_estimator {self.advantage_estimator!r} unknown; valid: {sorted(ESTIMATORS)}")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
@@ -312,12 +317,11 @@ class GRPO(Algorithm):
             )
         self._write_trajectories(rollouts)
 
-    @staticmethod
-    def _informative(trajectories: list[Trajectory]) -> list[Trajectory]:
+    def _informative(self, trajectories: list[Trajectory]) -> list[Trajectory]:
         """DAPO: only groups whose rewards differ carry a learning signal."""
         if not trajectories:
             return []
-        rewards = torch.tensor([t.reward for t in trajectories])
+        rewards = torch.as_tensor(outcome_rewards(trajectories, self.config.reward_type))
         groups = torch.tensor([t.group_id for t in trajectories])
         keep = dynamic_sampling_keep_mask(rewards, groups)
         return [t for t, k in zip(trajectories, keep.tolist()) if k]
@@ -344,6 +348,7 @@ class GRPO(Algorithm):
         cfg = self.config
         pad_id = 0
         arrays = pad_batch(trajectories, pad_id=pad_id, max_len=cfg.max_model_len)
+        arrays["rewards"] = outcome_rewards(trajectories, cfg.reward_type)
         response_mask = torch.as_tensor(arrays["response_mask"])
         if cfg.overlong_filter:
             from rllib_agentgym.algorithms.losses import overlong_mask
