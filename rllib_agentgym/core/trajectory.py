@@ -79,7 +79,8 @@ def pad_batch(trajectories: Sequence[Trajectory], pad_id: int, max_len: int | No
     """Right-pad trajectories into [B, T] arrays (T = longest, capped at max_len).
 
     input_ids, attention_mask, response_mask (the loss mask), sample_logprobs,
-    plus [B] arrays rewards, group_ids, truncated.
+    plus [B] arrays group_ids, truncated. The outcome rewards are the algorithm's
+    choice (`algorithms/rewards.py`), not the batch layout's.
     """
     longest = max(len(t.token_ids) for t in trajectories)
     width = min(longest, max_len) if max_len else longest
@@ -99,7 +100,6 @@ def pad_batch(trajectories: Sequence[Trajectory], pad_id: int, max_len: int | No
         "attention_mask": attention_mask,
         "response_mask": response_mask,
         "sample_logprobs": sample_logprobs,
-        "rewards": np.array([t.reward for t in trajectories], dtype=np.float32),
         "group_ids": np.array([t.group_id for t in trajectories], dtype=np.int64),
         "truncated": np.array([t.truncated for t in trajectories], dtype=bool),
     }
