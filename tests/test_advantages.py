@@ -19,6 +19,7 @@ from rllib_agentgym.algorithms.advantages import (
     rloo_advantages,
     to_token_level,
     token_level_rewards,
+    weight_positive_advantages,
 )
 
 
@@ -120,6 +121,24 @@ class TestDynamicSampling:
         r = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
         g = torch.tensor([0, 0, 1, 1, 2, 2])
         assert dynamic_sampling_keep_mask(r, g).tolist() == [False, False, False, False, True, True]
+
+
+class TestPositiveWeight:
+    def test_only_positive_entries_shrink(self):
+        adv = torch.tensor([[1.5, 0.0, -2.0], [-0.5, 0.25, 0.0]])
+        close(weight_positive_advantages(adv, 0.1), [[0.15, 0.0, -2.0], [-0.5, 0.025, 0.0]])
+        close(weight_positive_advantages(adv, 0.0), [[0.0, 0.0, -2.0], [-0.5, 0.0, 0.0]])
+
+    def test_weight_one_is_the_plain_estimator(self):
+        adv = grpo_advantages(REWARDS, GROUPS)
+        assert weight_positive_advantages(adv, 1.0) is adv
+
+    def test_config_rejects_negative_weight(self):
+        from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+        cfg = GRPOConfig().environment("agentgym/textcraft").training(positive_advantage_weight=-0.5)
+        with pytest.raises(ValueError, match="positive_advantage_weight"):
+            cfg.validate()
 
 
 class TestTokenHelpers:

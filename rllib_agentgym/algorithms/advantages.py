@@ -40,6 +40,7 @@ __all__ = [
     "rloo_advantages",
     "to_token_level",
     "token_level_rewards",
+    "weight_positive_advantages",
 ]
 
 
@@ -235,6 +236,26 @@ def dynamic_sampling_keep_mask(rewards: Tensor, group_ids: Tensor) -> Tensor:
     dropped too. Returns ``BoolTensor[B]``.
     """
     return ~_group_stats(rewards, group_ids)["all_equal"]
+
+
+def weight_positive_advantages(advantages: Tensor, positive_weight: float) -> Tensor:
+    """Weighted REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of
+    Negative Reinforcement in LLM Reasoning"): shrink the positive half.
+
+        A'_t = lambda * A_t    if A_t > 0
+        A'_t = A_t             otherwise
+
+    The policy gradient splits into positive-sample reinforcement (raise the
+    above-baseline samples, which sharpens the policy onto them) and
+    negative-sample reinforcement (lower the below-baseline ones, which hands
+    their probability to the other actions in proportion to what the policy
+    already gives them). lambda = 1 is the plain estimator, lambda = 0 keeps
+    only the negative half (NSR), lambda = 0.1 is the paper's W-REINFORCE.
+    Works on any shape (sequence- or token-level advantages).
+    """
+    if positive_weight == 1.0:
+        return advantages
+    return torch.where(advantages > 0, advantages * positive_weight, advantages)
 
 
 # ----------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class GRPOConfig(AlgorithmConfig):
         self.reward_type = "return"  # "return": the env's summed reward; "success": 1[success] (rewards.py)
         self.advantage_estimator = "grpo"
         self.norm_adv_by_std = True
+        self.positive_advantage_weight = 1.0  # < 1: W-REINFORCE (0.1) / NSR (0), advantages.py
         self.clip_ratio_low = 0.2
         self.clip_ratio_high = 0.2
         self.use_kl_loss = True
@@ -101,6 +102,7 @@ class GRPOConfig(AlgorithmConfig):
         reward_type: Optional[str] = NotProvided,
         advantage_estimator: Optional[str] = NotProvided,
         norm_adv_by_std: Optional[bool] = NotProvided,
+        positive_advantage_weight: Optional[float] = NotProvided,
         clip_ratio_low: Optional[float] = NotProvided,
         clip_ratio_high: Optional[float] = NotProvided,
         use_kl_loss: Optional[bool] = NotProvided,
@@ -125,7 +127,8 @@ class GRPOConfig(AlgorithmConfig):
         super().training(**kwargs)
         for name, value in dict(
             reward_type=reward_type, advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
-            clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, use_kl_loss=use_kl_loss,
+            positive_advantage_weight=positive_advantage_weight, clip_ratio_low=clip_ratio_low,
+            clip_ratio_high=clip_ratio_high, use_kl_loss=use_kl_loss,
             kl_coef=kl_coef, kl_estimator=kl_estimator, loss_agg_mode=loss_agg_mode,
             entropy_coeff=entropy_coeff, micro_batch_size=micro_batch_size, group_size=group_size,
             tasks_per_iteration=tasks_per_iteration, dynamic_sampling=dynamic_sampling,
@@ -190,6 +193,8 @@ class GRPOConfig(AlgorithmConfig):
             self._value_error(f"loss_agg_mode {self.loss_agg_mode!r} unknown; valid: {list(LOSS_AGG_MODES)}")
         if self.kl_estimator not in KL_KINDS:
             self._value_error(f"kl_estimator {self.kl_estimator!r} unknown; valid: {list(KL_KINDS)}")
+        if not self.positive_advantage_weight >= 0:
+            self._value_error(f"positive_advantage_weight must be >= 0, got {self.positive_advantage_weight!r}")
         if self.group_size < 1 or self.tasks_per_iteration < 1:
             self._value_error("group_size and tasks_per_iteration must be >= 1")
         HorizonSchedule.from_config(self.scaling_inter, self.max_turns)  # raises on a bad schedule
