@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 TUNED_EXAMPLES = sorted((ROOT / "tuned_examples").glob("*.yaml"))
 # env_config keys the session factory reads (rllib_agentgym/envs/registry.py, module doc).
-ENV_CONFIG_KEYS = {"server_url", "launch_server", "env_options", "split", "categories", "client_timeout_s", "client_retries", "client_backoff_s"}
+ENV_CONFIG_KEYS = {"server_url", "launch_server", "env_options", "split", "categories", "task_ids", "client_timeout_s", "client_retries", "client_backoff_s"}
 
 # The paper's settings per family (arXiv 2509.08755): ScalingInter-RL horizons, interval, group size.
 PAPER = {

@@ -108,6 +108,53 @@ def test_categories_restrict_the_split_for_training_and_evaluation():
     assert evaluation_task_ids(cfg) == spec.task_ids("test", ["Open"])
 
 
+def test_task_ids_pin_a_pool_of_the_split():
+    from rllib_agentgym.envs.registry import get_spec
+
+    spec = get_spec("agentgym/babyai")
+    train = spec.task_ids("train")
+    pool = [train[5], train[0], train[77]]
+    assert spec.task_ids("train", only=pool) == pool  # in the order given
+    goto = [i for i in pool if spec.category(i) == "GoTo"]
+    assert spec.task_ids("train", ["GoTo"], only=pool) == goto
+    test_id = spec.task_ids("test")[0]
+    with pytest.raises(ValueError, match=f"split 'train' has no task ids \\[{test_id}\\]"):
+        spec.task_ids("train", only=[train[0], test_id])
+    with pytest.raises(ValueError, match="no task ids"):
+        spec.task_ids("train", only=[])
+    not_goto = [i for i in pool if spec.category(i) != "GoTo"]
+    with pytest.raises(ValueError, match="none of task ids .* is in categories \\['GoTo'\\]"):
+        spec.task_ids("train", ["GoTo"], only=not_goto)
+
+
+def test_runner_pool_of_task_ids_and_evaluation_keeps_its_split():
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+    from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner
+    from rllib_agentgym.envs.registry import get_spec
+
+    spec = get_spec("agentgym/babyai")
+    train = spec.task_ids("train")
+    cfg = GRPOConfig().environment("agentgym/babyai", env_config={"split": "train", "task_ids": train[:3]})
+    runner = LLMEnvRunner(config=cfg, worker_index=0)  # lazy: no engine, no env server yet
+    try:
+        assert runner.task_ids == train[:3]
+        runner.set_task_ids([train[7]])
+        assert runner.task_ids == [train[7]]
+        with pytest.raises(ValueError, match="no task ids"):
+            runner.set_task_ids([spec.task_ids("test")[0]])
+    finally:
+        runner.stop()
+    # The evaluation runners play their own split: the training pool does not follow them.
+    eval_cfg = cfg.copy(copy_frozen=False)
+    eval_cfg.env_config = {"split": "test", "task_ids": train[:3]}
+    eval_cfg.in_evaluation = True
+    eval_runner = LLMEnvRunner(config=eval_cfg, worker_index=0)
+    try:
+        assert eval_runner.task_ids == spec.task_ids("test")
+    finally:
+        eval_runner.stop()
+
+
 def test_load_policy_model_path_and_missing_dir(tmp_path):
     assert load_policy("embedded").model_path == "embedded" and load_policy("embedded").weights is None
     with pytest.raises(FileNotFoundError):

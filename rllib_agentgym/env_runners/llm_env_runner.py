@@ -122,7 +122,10 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.spec = get_spec(self.config.env)
         self._env_config = dict(self.config.env_config or {})
         self._split = self._env_config.get("split", "train")
-        self._task_ids = self.spec.task_ids(self._split, self._env_config.get("categories"))
+        # A pinned training pool (`task_ids`) does not follow the runner into evaluation,
+        # which plays its own split (evaluation.evaluation_task_ids).
+        pinned = None if getattr(self.config, "in_evaluation", False) else self._env_config.get("task_ids")
+        self._task_ids = self.spec.task_ids(self._split, self._env_config.get("categories"), pinned)
         self._seed = (self.config.seed if self.config.seed is not None else 0) + 1000 * (self.worker_index or 0)
         self._num_sample_calls = 0
         self._max_turns = int(self.config.max_turns)
@@ -177,9 +180,15 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     def set_max_turns(self, max_turns: int) -> None:
         self._max_turns = int(max_turns)
 
+    def set_task_ids(self, task_ids: list[int]) -> None:
+        """Draw training tasks from exactly `task_ids` (of this runner's split) from now on,
+        as env_config `task_ids` does at build time: a curriculum or a fixed pool."""
+        self._task_ids = self.spec.task_ids(self._split, self._env_config.get("categories"), task_ids)
+
     @property
     def task_ids(self) -> list[int]:
-        """The tasks this runner draws from: its split, limited to env_config `categories`."""
+        """The tasks this runner draws from: its split, limited to env_config `categories`
+        and `task_ids`."""
         return list(self._task_ids)
 
     def get_max_turns(self) -> int:

@@ -84,20 +84,33 @@ class EnvSpec:
     def category(self, data_idx: int) -> str:
         return str(self._tasks().category(data_idx))
 
-    def task_ids(self, split: str, categories: Sequence[str] | None = None) -> list[int]:
+    def task_ids(self, split: str, categories: Sequence[str] | None = None,
+                 only: Sequence[int] | None = None) -> list[int]:
         """The split's task ids, or only those of `categories` (env_config `categories`:
-        train and evaluate on a subset of levels, e.g. a curriculum's first stage)."""
+        train and evaluate on a subset of levels, e.g. a curriculum's first stage), or
+        only those in `only` (env_config `task_ids`: a fixed pool of tasks, kept in order)."""
         ids = self.split_ids(split)
-        if not categories:
-            return ids
-        wanted = {str(c) for c in categories}
-        by_category = {i: self.category(i) for i in ids}
-        unknown = wanted - set(by_category.values())
-        if unknown:
-            known = ", ".join(sorted(set(by_category.values())))
-            raise ValueError(f"{self.name} split {split!r} has no category {', '.join(sorted(unknown))}; "
-                             f"its categories: {known}")
-        return [i for i in ids if by_category[i] in wanted]
+        if only is not None:
+            in_split = set(ids)
+            missing = [int(i) for i in only if int(i) not in in_split]
+            if missing or not only:
+                raise ValueError(f"{self.name} split {split!r} has no task ids {missing or '[]'} "
+                                 f"(its ids run from {min(ids)} to {max(ids)})")
+        if categories:
+            wanted = {str(c) for c in categories}
+            by_category = {i: self.category(i) for i in ids}
+            unknown = wanted - set(by_category.values())
+            if unknown:
+                known = ", ".join(sorted(set(by_category.values())))
+                raise ValueError(f"{self.name} split {split!r} has no category {', '.join(sorted(unknown))}; "
+                                 f"its categories: {known}")
+            ids = [i for i in ids if by_category[i] in wanted]
+        if only is not None:
+            kept = set(ids)
+            ids = [int(i) for i in only if int(i) in kept]
+            if not ids:
+                raise ValueError(f"{self.name}: none of task ids {list(only)} is in categories {list(categories or [])}")
+        return ids
 
     def action_for_server(self, text: str) -> tuple[str, bool]:
         """(action to send, whether the text was well-formed)."""
