@@ -347,3 +347,25 @@ class TestOutcomeRewards:
         binary = grpo_advantages(torch.as_tensor(outcome_rewards(trajs, "success")), groups)
         assert shaped.abs().min() > 0.8
         close(binary, [0.0, 0.0, 0.0, 0.0])
+
+    def test_invalid_action_penalty_per_refused_turn(self):
+        from rllib_agentgym.algorithms.rewards import outcome_rewards
+        from rllib_agentgym.core.trajectory import Turn
+
+        trajs = self.trajectories([0.9, 0.9, 0.0], [True, True, False])
+        refused = [[False, False], [True, True, False], [True]]
+        for t, flags in zip(trajs, refused):
+            t.turns = [Turn("obs", "Action: x", "x", invalid_action=f) for f in flags]
+        assert outcome_rewards(trajs, "return", 0.1).tolist() == pytest.approx([0.9, 0.7, -0.1])
+        assert outcome_rewards(trajs, "success", 0.25).tolist() == pytest.approx([1.0, 0.5, -0.25])
+        assert outcome_rewards(trajs, "return").tolist() == pytest.approx([0.9, 0.9, 0.0])  # off by default
+        # Two clean successes tie; the one that wasted turns on refused actions now ranks below.
+        adv = grpo_advantages(torch.as_tensor(outcome_rewards(trajs[:2], "success", 0.1)), torch.zeros(2, dtype=torch.long))
+        assert adv[0] > 0 > adv[1]
+
+    def test_config_rejects_a_negative_penalty(self):
+        from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+        cfg = GRPOConfig().environment("agentgym/textcraft").training(invalid_action_penalty=-0.1)
+        with pytest.raises(ValueError, match="invalid_action_penalty"):
+            cfg.validate()

@@ -162,6 +162,7 @@ def test_bad_output_takes_the_envs_invalid_action_path_and_is_counted(reference)
     for traj in result.trajectories:
         assert [turn.action for turn in traj.turns] == ["", ""]
         assert not any(turn.valid_format for turn in traj.turns)
+        assert all(turn.invalid_action for turn in traj.turns)  # what invalid_action_penalty counts
         assert traj.final_observation.startswith("Invalid action: ''")
         assert traj.reward == 0.0
     # Each kind reaches the env as its invalid-action observation.

@@ -13,6 +13,16 @@ full-strength signal for "fewer primitive steps", which is not what the task
 asks. With R = 1[success] only groups with mixed outcomes teach anything.
 (Measured on the BabyAI warm start it did not change the greedy-success curve:
 docs/learning.md, section 3.)
+
+`invalid_action_penalty` c subtracts c per turn the env refused (its
+invalid-action answer, `info["invalid_action"]`, or an unparseable reply):
+
+    R' = R - c * #{t : turn t invalid}
+
+An outcome reward alone credits a whole trajectory: a sample that wastes turns
+on actions the env cannot take and still succeeds scores like a clean one, and
+in a hard group it can beat the group's mean. The penalty ranks such samples
+below their clean siblings.
 """
 
 from __future__ import annotations
@@ -26,10 +36,17 @@ from rllib_agentgym.core.trajectory import Trajectory
 REWARD_TYPES = ("return", "success")
 
 
-def outcome_rewards(trajectories: Sequence[Trajectory], reward_type: str = "return") -> np.ndarray:
-    """[B] float32 outcome rewards: the summed env reward, or 1[success] (see module doc)."""
+def outcome_rewards(trajectories: Sequence[Trajectory], reward_type: str = "return",
+                    invalid_action_penalty: float = 0.0) -> np.ndarray:
+    """[B] float32 outcome rewards: the summed env reward or 1[success], minus
+    `invalid_action_penalty` per invalid turn (see module doc)."""
     if reward_type == "return":
-        return np.array([t.reward for t in trajectories], dtype=np.float32)
-    if reward_type == "success":
-        return np.array([float(t.success) for t in trajectories], dtype=np.float32)
-    raise ValueError(f"reward_type {reward_type!r} unknown; valid: {list(REWARD_TYPES)}")
+        rewards = np.array([t.reward for t in trajectories], dtype=np.float32)
+    elif reward_type == "success":
+        rewards = np.array([float(t.success) for t in trajectories], dtype=np.float32)
+    else:
+        raise ValueError(f"reward_type {reward_type!r} unknown; valid: {list(REWARD_TYPES)}")
+    if invalid_action_penalty:
+        invalid = np.array([sum(turn.invalid_action for turn in t.turns) for t in trajectories], dtype=np.float32)
+        rewards = rewards - np.float32(invalid_action_penalty) * invalid
+    return rewards

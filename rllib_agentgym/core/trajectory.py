@@ -21,6 +21,7 @@ class Turn:
     action: str  # what was sent to the env
     reward: float = 0.0
     valid_format: bool = True
+    invalid_action: bool = False  # the env refused the action (info["invalid_action"]) or it was unparseable
 
 
 @dataclass

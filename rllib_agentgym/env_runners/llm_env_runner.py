@@ -276,7 +276,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                     result.num_format_errors += 1
                     result.format_errors[error] = result.format_errors.get(error, 0) + 1
                 traj = e.trajectory
-                traj.turns.append(Turn(e.observation, text, action, float(step.reward), error is None))
+                refused = error is not None or bool(step.info.get("invalid_action", False))
+                traj.turns.append(Turn(e.observation, text, action, float(step.reward), error is None, refused))
                 traj.reward += float(step.reward)
                 traj.success = traj.success or bool(step.info.get("success", False))
                 e.observation = step.observation

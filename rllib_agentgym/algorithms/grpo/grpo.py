@@ -58,6 +58,7 @@ class GRPOConfig(AlgorithmConfig):
         self.log_trajectories = 4  # trajectories written per iteration for the viewer / TensorBoard
         # Loss.
         self.reward_type = "return"  # "return": the env's summed reward; "success": 1[success] (rewards.py)
+        self.invalid_action_penalty = 0.0  # subtracted from the outcome reward per invalid turn (rewards.py)
         self.advantage_estimator = "grpo"
         self.norm_adv_by_std = True
         self.positive_advantage_weight = 1.0  # < 1: W-REINFORCE (0.1) / NSR (0), advantages.py
@@ -100,6 +101,7 @@ class GRPOConfig(AlgorithmConfig):
         self,
         *,
         reward_type: Optional[str] = NotProvided,
+        invalid_action_penalty: Optional[float] = NotProvided,
         advantage_estimator: Optional[str] = NotProvided,
         norm_adv_by_std: Optional[bool] = NotProvided,
         positive_advantage_weight: Optional[float] = NotProvided,
@@ -126,7 +128,8 @@ class GRPOConfig(AlgorithmConfig):
     ) -> "GRPOConfig":
         super().training(**kwargs)
         for name, value in dict(
-            reward_type=reward_type, advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
+            reward_type=reward_type, invalid_action_penalty=invalid_action_penalty,
+            advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
             positive_advantage_weight=positive_advantage_weight, clip_ratio_low=clip_ratio_low,
             clip_ratio_high=clip_ratio_high, use_kl_loss=use_kl_loss,
             kl_coef=kl_coef, kl_estimator=kl_estimator, loss_agg_mode=loss_agg_mode,
@@ -193,6 +196,8 @@ class GRPOConfig(AlgorithmConfig):
             self._value_error(f"loss_agg_mode {self.loss_agg_mode!r} unknown; valid: {list(LOSS_AGG_MODES)}")
         if self.kl_estimator not in KL_KINDS:
             self._value_error(f"kl_estimator {self.kl_estimator!r} unknown; valid: {list(KL_KINDS)}")
+        if not self.invalid_action_penalty >= 0:
+            self._value_error(f"invalid_action_penalty must be >= 0, got {self.invalid_action_penalty!r}")
         if not self.positive_advantage_weight >= 0:
             self._value_error(f"positive_advantage_weight must be >= 0, got {self.positive_advantage_weight!r}")
         if self.group_size < 1 or self.tasks_per_iteration < 1:
@@ -326,7 +331,8 @@ class GRPO(Algorithm):
         """DAPO: only groups whose rewards differ carry a learning signal."""
         if not trajectories:
             return []
-        rewards = torch.as_tensor(outcome_rewards(trajectories, self.config.reward_type))
+        cfg = self.config
+        rewards = torch.as_tensor(outcome_rewards(trajectories, cfg.reward_type, cfg.invalid_action_penalty))
         groups = torch.tensor([t.group_id for t in trajectories])
         keep = dynamic_sampling_keep_mask(rewards, groups)
         return [t for t, k in zip(trajectories, keep.tolist()) if k]
@@ -353,7 +359,7 @@ class GRPO(Algorithm):
         cfg = self.config
         pad_id = 0
         arrays = pad_batch(trajectories, pad_id=pad_id, max_len=cfg.max_model_len)
-        arrays["rewards"] = outcome_rewards(trajectories, cfg.reward_type)
+        arrays["rewards"] = outcome_rewards(trajectories, cfg.reward_type, cfg.invalid_action_penalty)
         response_mask = torch.as_tensor(arrays["response_mask"])
         if cfg.overlong_filter:
             from rllib_agentgym.algorithms.losses import overlong_mask
