@@ -1,4 +1,5 @@
-"""The env-server benchmark runs end to end (tiny counts) and writes the JSON shape run_all reads."""
+"""The env-server benchmark runs end to end (tiny counts) and writes the JSON shape run_all reads;
+the learning diagnostics classify what they claim to."""
 
 from __future__ import annotations
 
@@ -28,3 +29,30 @@ def test_env_server_benchmark_textcraft_json_shape(tmp_path):
             assert 0 < row["step_p50_ms"] <= row["step_p99_ms"]
     assert set(family["http_overhead_p50_ms"]) == {"1", "2"}
     assert isinstance(family["target_met"], bool)
+
+
+def test_first_action_credit_classifies_context_and_action():
+    from types import SimpleNamespace
+
+    from benchmarks.first_action_credit import credit_by_context, first_action_kind, goal_in_view
+
+    in_view = ("Your goal: go to the red ball\nThere is a red ball 1 2 steps in front of you.\n"
+               'Available actions: ["turn left", "turn right", "move forward", "go to red ball 1"]')
+    out_of_view = ("Your goal: go to the red ball\nThere is a grey key 1 right in front of you.\n"
+                   'Available actions: ["turn left", "turn right", "move forward", "go to grey key 1"]')
+    assert goal_in_view(in_view) and not goal_in_view(out_of_view)
+    assert first_action_kind("Thought: I will explore.\nAction: turn right") == "explore"
+    assert first_action_kind("Thought: go.\nAction: go to red ball 1") == "go to"
+    assert first_action_kind("Action: pickup grey key 1") == "other"
+
+    def traj(obs, response, success, turns):
+        return SimpleNamespace(success=success, turns=[SimpleNamespace(observation=obs, response=response)] * turns)
+
+    cells = credit_by_context(
+        [traj(in_view, "Action: go to red ball 1", True, 1), traj(in_view, "Action: turn left", False, 12),
+         traj(out_of_view, "Action: turn left", True, 3)],
+        [0.5, -0.5, 0.0],
+    )
+    assert cells["goal in view / first action go to"] == {"episodes": 1, "success": 1.0, "mean_advantage": 0.5, "mean_turns": 1.0}
+    assert cells["goal in view / first action explore"]["mean_advantage"] == -0.5
+    assert cells["goal not in view / first action explore"]["mean_turns"] == 3.0
