@@ -70,6 +70,7 @@ def test_game_vs_fixed_opponent_tokens_rewards_groups(embedded_model):
         assert ep.policies == {"player_1": "shared", "player_2": "random"}
         # Three unreadable replies in a row forfeit the game: X loses, O wins.
         assert traj.num_turns == 3 and traj.done and traj.outcome == "loss"
+        assert all(turn.invalid_action for turn in traj.turns)  # what invalid_action_penalty counts
         assert traj.reward == ep.returns["player_1"] == -1.0 and ep.returns["player_2"] == 1.0
         assert ep.outcomes == {"player_1": "loss", "player_2": "win"}
         _check_own_tokens(traj, tokenizer)

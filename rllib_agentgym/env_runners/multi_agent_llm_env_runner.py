@@ -421,7 +421,8 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
                     result.num_format_errors += 1
                     result.format_errors[error] = result.format_errors.get(error, 0) + 1
                 seat.trajectory.turns.append(Turn(e.observations[agent], text, action,
-                                                  float(step.rewards.get(agent, 0.0)), error is None))
+                                                  float(step.rewards.get(agent, 0.0)), error is None,
+                                                  error is not None or bool(invalid[agent])))
         for agent, reward in step.rewards.items():
             e.returns[agent] += float(reward)
         e.steps += 1
