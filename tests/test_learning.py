@@ -141,16 +141,15 @@ def test_grpo_raises_success_on_the_babyai_tasks_it_trains_on(ray_local):
     budget is in docs/learning.md."""
     from pathlib import Path
 
+    from benchmarks.learning_curves import experiment_config
     from rllib_agentgym.envs.registry import get_spec
-    from rllib_agentgym.experiments import load_yaml_file, prepare_experiments
 
     tuned = Path(__file__).resolve().parents[1] / "tuned_examples" / "babyai_warmstart_cpu.yaml"
     # Plain GRPO (the run measured in docs/learning.md), not the example's drift guards.
     overrides = {"evaluation_interval": None, "log_trajectories": 0, "scaling_inter": None, "max_turns": 12,
                  "lr": 5e-5, "tasks_per_iteration": 8, "group_size": 8, "minibatch_size": 64,
                  "positive_advantage_weight": 1.0, "invalid_action_penalty": 0.0}
-    (spec,) = prepare_experiments(load_yaml_file(str(tuned)), source=str(tuned), config_overrides=overrides).values()
-    algo = GRPOConfig().update_from_dict(spec["config"]).build_algo()
+    algo = GRPOConfig().update_from_dict(experiment_config(tuned, overrides)).build_algo()
     runner = algo.env_runner_group.local_env_runner
 
     def successes(task_ids, k, call_index):

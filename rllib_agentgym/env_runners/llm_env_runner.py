@@ -124,8 +124,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self._split = self._env_config.get("split", "train")
         # A pinned training pool (`task_ids`) does not follow the runner into evaluation,
         # which plays its own split (evaluation.evaluation_task_ids).
-        pinned = None if getattr(self.config, "in_evaluation", False) else self._env_config.get("task_ids")
-        self._task_ids = self.spec.task_ids(self._split, self._env_config.get("categories"), pinned)
+        self.set_task_ids(None if getattr(self.config, "in_evaluation", False) else self._env_config.get("task_ids"))
         self._seed = (self.config.seed if self.config.seed is not None else 0) + 1000 * (self.worker_index or 0)
         self._num_sample_calls = 0
         self._max_turns = int(self.config.max_turns)
@@ -180,9 +179,10 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     def set_max_turns(self, max_turns: int) -> None:
         self._max_turns = int(max_turns)
 
-    def set_task_ids(self, task_ids: list[int]) -> None:
+    def set_task_ids(self, task_ids: list[int] | None) -> None:
         """Draw training tasks from exactly `task_ids` (of this runner's split) from now on,
-        as env_config `task_ids` does at build time: a curriculum or a fixed pool."""
+        as env_config `task_ids` does at build time: a curriculum or a fixed pool. None:
+        the whole split (within env_config `categories`)."""
         self._task_ids = self.spec.task_ids(self._split, self._env_config.get("categories"), task_ids)
 
     @property
