@@ -19,7 +19,7 @@ from rllib_agentgym.algorithms.grpo.multi_agent import (
     MultiAgentGRPOConfig,
     PolicyMapping,
 )
-from rllib_agentgym.env_runners.multi_agent_llm_env_runner import MultiAgentLLMEnvRunner
+from rllib_agentgym.env_runners.multi_agent_llm_env_runner import MultiAgentLLMEnvRunner, pinned_task_ids
 
 
 def _config(env: str, **llm) -> MultiAgentGRPOConfig:
@@ -113,6 +113,15 @@ def test_shared_self_play_per_agent_trajectories_and_groups(embedded_model):
     assert all(sum(t.group_id == g for t in trajs) == 2 for g in groups)
 
 
+def test_pinned_task_ids_must_belong_to_the_split():
+    assert pinned_task_ids("tictactoe", "train", None)[:3] == [1, 2, 3]
+    assert pinned_task_ids("tictactoe", "train", [2, 1]) == [2, 1]
+    with pytest.raises(ValueError, match=r"tictactoe split 'train' has no task ids \[0, 5\]"):
+        pinned_task_ids("tictactoe", "train", [0, 1, 5])  # 0 and 5 are test tasks
+    with pytest.raises(ValueError, match=r"has no task ids \[\]"):
+        pinned_task_ids("tictactoe", "train", [])
+
+
 def test_multiagent_config_from_yaml_dict():
     cfg = MultiAgentGRPOConfig().update_from_dict({
         "env": "agentgym/tictactoe",
@@ -170,7 +179,7 @@ def test_separate_policies_train_and_frozen_one_stays(ray_local, tmp_path):
 
     cfg = (
         _config("tictactoe")
-        .environment(env_config={"task_ids": [0, 1]})  # X moves first in task 0, O in task 1
+        .environment(env_config={"task_ids": [2, 1]})  # train tasks: X moves first in task 2, O in task 1
         .training(lr=1e-3, entropy_coeff=0.01, micro_batch_size=8)
         .multi_agent(policies={"x", "o"}, policy_mapping_fn=PolicyMapping(by="role"), policies_to_train=["x"])
     )

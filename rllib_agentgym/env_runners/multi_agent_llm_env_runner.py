@@ -178,14 +178,27 @@ class _Episode:
         self.finished = self.done = False
 
 
+def pinned_task_ids(env_name: str, split: str, task_ids: list[int] | None) -> list[int]:
+    """The split's task ids, or exactly `task_ids` (env_config `task_ids`: a fixed pool),
+    which must all belong to the split: a clear error, not a run on another split's tasks."""
+    ids = split_ids(env_name, split)
+    if task_ids is None:
+        return ids
+    in_split = set(ids)
+    missing = [int(i) for i in task_ids if int(i) not in in_split]
+    if missing or not task_ids:
+        raise ValueError(f"{env_name} split {split!r} has no task ids {missing or '[]'} "
+                         f"(its ids: {ids[:8]}{' ...' if len(ids) > 8 else ''})")
+    return [int(i) for i in task_ids]
+
+
 class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
         self.env_name = family_name(str(self.config.env))
         self._env_config = dict(self.config.env_config or {})
         self._split = self._env_config.get("split", "train")
-        task_ids = self._env_config.get("task_ids")
-        self._task_ids = [int(i) for i in (task_ids if task_ids is not None else split_ids(self.env_name, self._split))]
+        self._task_ids = pinned_task_ids(self.env_name, self._split, self._env_config.get("task_ids"))
         self._env_options = dict(self._env_config.get("env_options") or {})
         self.instruction = INSTRUCTIONS[self.env_name]
         self._seed = (self.config.seed if self.config.seed is not None else 0) + 1000 * (self.worker_index or 0)
