@@ -59,6 +59,24 @@ def _sft(tmp_path, lora=None, iterations=3):
     return losses, path
 
 
+def test_expert_options_reach_the_expert_and_unknown_ones_fail_clearly(tmp_path):
+    from rllib_agentgym.data.experts import main as experts_main
+
+    steps = next(expert_conversations("agentgym/textcraft", "train", num=1))
+    plan = next(expert_conversations("agentgym/textcraft", "train", num=1, expert_options={"thoughts": "plan"}))
+    assert plan["messages"][2]["content"].startswith("Thought: The goal is ")
+    assert "No command crafts it, so I get it." in steps["messages"][2]["content"]
+    with pytest.raises(ValueError, match=r"takes no option \['depth'\]; its options: \['thoughts'\]"):
+        next(expert_conversations("agentgym/textcraft", "train", num=1, expert_options={"depth": 2}))
+    out = tmp_path / "plan.jsonl"
+    experts_main(["--env", "agentgym/textcraft", "--num", "2", "--out", str(out),
+                  "--expert-options", '{"thoughts": "plan"}'])
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(written) == 2 and written[0]["messages"][2]["content"] == plan["messages"][2]["content"]
+    with pytest.raises(SystemExit, match="JSON object"):
+        experts_main(["--env", "agentgym/textcraft", "--out", str(out), "--expert-options", "[1]"])
+
+
 def test_sft_lowers_loss_and_grpo_warm_starts_from_its_checkpoint(ray_local, tmp_path, embedded_model):
     losses, ckpt = _sft(tmp_path)
     assert losses[-1] < losses[0]

@@ -8,6 +8,19 @@ item a whole number of batches and reusing leftovers, while it tracks the
 inventory it expects; ingredients gathered for one craft are reserved so that
 a sibling branch (sticks made from the planks meant for the table) cannot
 spend them.
+
+Two thought styles (`ExpertAgent(env, thoughts=...)`):
+
+* ``"steps"`` (default): each turn explains its own step ("I need 4 oak log
+  for oak planks. No command crafts it, so I get it.").
+* ``"plan"``: the first turn writes the whole plan as a scratchpad -- the
+  listed command of every item on the way from the goal down to base items,
+  then the actions in order -- and each later turn continues it ("Next in my
+  plan after get 4 oak log; craft 16 oak planks using 4 oak log"). Every
+  token of the plan is one short lookup in the task text or in the plan
+  itself (copying) instead of the multi-hop search a "steps" first turn hides
+  in one token. It needs a model that copies from its context: the 11M
+  embedded agent trained on it did worse than on "steps" (docs/learning.md).
 """
 
 from __future__ import annotations
@@ -51,10 +64,16 @@ def _ingredient_list(command: Command) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+THOUGHT_STYLES = ("steps", "plan")
+
+
 class ExpertAgent:
     """Deterministic TextCraft expert: `act(observation) -> (thought, action)`."""
 
-    def __init__(self, env):
+    def __init__(self, env, thoughts: str = "steps"):
+        if thoughts not in THOUGHT_STYLES:
+            raise ValueError(f"thoughts must be one of {THOUGHT_STYLES}, not {thoughts!r}")
+        self.thoughts = thoughts
         self._steps = self._plan(env.observation())
 
     def act(self, observation: str) -> tuple[str, str]:
@@ -66,6 +85,13 @@ class ExpertAgent:
 
     def _plan(self, task_text: str) -> list[tuple[str, str]]:
         commands, goal = parse_task(task_text)
+        steps = self._search(commands, goal)
+        if self.thoughts == "steps":
+            return steps
+        return plan_thoughts(commands, goal, [action for _, action in steps])
+
+    @staticmethod
+    def _search(commands: dict[str, Command], goal: str) -> list[tuple[str, str]]:
         held: dict[str, int] = {}
         steps: list[tuple[str, str]] = []
 
@@ -92,3 +118,33 @@ class ExpertAgent:
 
         obtain(goal, 1, None, frozenset())
         return steps
+
+
+def _recipe_tree(commands: dict[str, Command], goal: str) -> list[str]:
+    """"item: <its listed command>" / "item: base" for each item under `goal`, depth first, once each."""
+    lines: list[str] = []
+    seen: set[str] = set()
+
+    def visit(item: str, visiting: frozenset[str]) -> None:
+        if item in seen:
+            return
+        seen.add(item)
+        command = commands.get(item)
+        if command is None or item in visiting:
+            lines.append(f"{item}: base")
+            return
+        lines.append(f"{item}: {command.text(1)}")
+        for ingredient, _ in command.ingredients:
+            visit(ingredient, visiting | {item})
+
+    visit(goal, frozenset())
+    return lines
+
+
+def plan_thoughts(commands: dict[str, Command], goal: str, actions: list[str]) -> list[tuple[str, str]]:
+    """The "plan" thought style: (thought, action) per action of the expert's plan."""
+    tree = ". ".join(_recipe_tree(commands, goal))
+    first = f"The goal is {goal}. {tree}. Plan: {'; '.join(actions)}."
+    return [(first, actions[0])] + [
+        (f"Next in my plan after {before}; {action}", action) for before, action in zip(actions, actions[1:])
+    ]

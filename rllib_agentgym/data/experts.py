@@ -3,8 +3,9 @@
     python -m rllib_agentgym.data.experts --env agentgym/textcraft --split train --num 200 --out tc.jsonl
     rllib experts --env agentgym/babyai --split test --num 50 --out babyai_test.jsonl     (the same)
 
-Each family's `envs/<name>/expert.py` has an `ExpertAgent(env)` whose
-`act(observation) -> (thought, action)` plays the task in-process; the
+Each family's `envs/<name>/expert.py` has an `ExpertAgent(env, **expert_options)`
+whose `act(observation) -> (thought, action)` plays the task in-process (TextCraft's
+takes `thoughts="steps"|"plan"`: `--expert-options '{"thoughts": "plan"}'`); the
 family's spec turns a step into the model turn (`EnvSpec.format_response`,
 e.g. ReAct "Thought: ...\\nAction: ..."). Only successful episodes are kept.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 from typing import Any, Iterator
 
@@ -21,13 +23,14 @@ from rllib_agentgym.envs.registry import family_name, get_spec
 logger = logging.getLogger(__name__)
 
 
-def expert_episode(spec, env, data_idx: int, max_steps: int = 100) -> dict[str, Any] | None:
+def expert_episode(spec, env, data_idx: int, max_steps: int = 100,
+                   expert_options: dict | None = None) -> dict[str, Any] | None:
     """Play one task with the family's expert; the conversation if it succeeded, else None."""
     expert_cls = importlib.import_module(f"{spec.server_module}.expert").ExpertAgent
     observation = env.reset(int(data_idx))
     messages = [{"role": "system", "content": spec.instruction}, {"role": "user", "content": observation}]
     try:
-        agent = expert_cls(env)
+        agent = expert_cls(env, **(expert_options or {}))
         reward, success = 0.0, False
         for _ in range(max_steps):
             thought, action = agent.act(observation)
@@ -56,21 +59,36 @@ def expert_episode(spec, env, data_idx: int, max_steps: int = 100) -> dict[str, 
 
 
 def expert_conversations(env: str, split: str = "train", num: int = 100, max_steps: int = 100,
-                         env_options: dict | None = None) -> Iterator[dict[str, Any]]:
+                         env_options: dict | None = None,
+                         expert_options: dict | None = None) -> Iterator[dict[str, Any]]:
     """Up to `num` successful expert conversations, over the split's tasks in order."""
     spec = get_spec(env)
+    check_expert_options(spec, expert_options)
     instance = spec.load_env_class()(**{**spec.env_options, **(env_options or {})})
     produced = 0
     try:
         for data_idx in spec.split_ids(split):
             if produced >= num:
                 break
-            episode = expert_episode(spec, instance, data_idx, max_steps)
+            episode = expert_episode(spec, instance, data_idx, max_steps, expert_options)
             if episode is not None:
                 produced += 1
                 yield episode
     finally:
         instance.close()
+
+
+def check_expert_options(spec, expert_options: dict | None) -> None:
+    """A clear error for options the family's ExpertAgent does not take (before any env starts)."""
+    import inspect
+
+    if not expert_options:
+        return
+    expert_cls = importlib.import_module(f"{spec.server_module}.expert").ExpertAgent
+    known = [name for name in inspect.signature(expert_cls).parameters if name != "env"]
+    unknown = sorted(set(expert_options) - set(known))
+    if unknown:
+        raise ValueError(f"the {spec.name} expert takes no option {unknown}; its options: {known or 'none'}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -80,13 +98,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--num", type=int, default=100, help="successful conversations to write (at most)")
     parser.add_argument("--max-steps", type=int, default=100, help="expert turns per episode (longer ones are dropped)")
     parser.add_argument("--out", required=True, help="the JSONL file to write")
+    parser.add_argument("--expert-options", type=json.loads, default=None,
+                        help='JSON keyword arguments of the family\'s ExpertAgent, e.g. \'{"thoughts": "plan"}\'')
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     from rllib_agentgym.data.conversations import write_jsonl
 
-    n = write_jsonl(args.out, expert_conversations(args.env, args.split, args.num, args.max_steps))
+    if args.expert_options is not None and not isinstance(args.expert_options, dict):
+        raise SystemExit("--expert-options must be a JSON object")
+    rows = expert_conversations(args.env, args.split, args.num, args.max_steps, expert_options=args.expert_options)
+    n = write_jsonl(args.out, rows)
     print(f"wrote {n} {family_name(args.env)} expert conversations to {args.out}")
     return 0
 

@@ -181,18 +181,52 @@ def test_expert_solves_every_task_in_process():
     assert sum(solved.values()) == tasks.num_tasks()
 
 
-def test_expert_thoughts_explain_the_plan():
-    env = TextCraftEnv()
-    env.reset(tasks.goal_index("crafting table"))
-    agent = ExpertAgent(env)
-    thoughts, obs, done = [], env.observation(), False
+def _play_expert(env, **options) -> list[tuple[str, str]]:
+    agent = ExpertAgent(env, **options)
+    steps, obs, done = [], env.observation(), False
     while not done:
         thought, action = agent.act(obs)
-        thoughts.append(thought)
+        steps.append((thought, action))
         result = env.step(action)
         obs, done = result.observation, result.done
+    assert result.info["success"]
+    return steps
+
+
+def test_expert_steps_thoughts_explain_each_step():
+    env = TextCraftEnv()
+    env.reset(tasks.goal_index("crafting table"))
+    thoughts = [thought for thought, _ in _play_expert(env)]  # "steps" is the default style
     assert any("which I can craft from" in t for t in thoughts)
     assert any("I get it" in t for t in thoughts)
+
+
+def test_expert_plan_thoughts_spell_the_recipe_tree_then_continue_the_plan():
+    env = TextCraftEnv()
+    env.reset(tasks.goal_index("crafting table"))
+    steps = _play_expert(env, thoughts="plan")
+    actions = [action for _, action in steps]
+    first = steps[0][0]
+    # The first thought quotes the listed command of each item on the way down, then every action in order.
+    assert first.startswith("The goal is crafting table. crafting table: craft 1 crafting table using ")
+    listed = env.commands.splitlines()
+    for line in first.split(". Plan: ")[0].split(". ")[1:]:
+        item, _, how = line.partition(": ")
+        assert how == "base" or (how in listed and f" {item} using " in how), line
+    assert first.endswith("Plan: " + "; ".join(actions) + ".")
+    # Each later thought names the previous action, then the one it takes.
+    for (thought, action), before in zip(steps[1:], actions):
+        assert thought == f"Next in my plan after {before}; {action}"
+    # The actions are the same in both styles.
+    env.reset(tasks.goal_index("crafting table"))
+    assert [action for _, action in _play_expert(env, thoughts="steps")] == actions
+
+
+def test_expert_rejects_an_unknown_thought_style():
+    env = TextCraftEnv()
+    env.reset(0)
+    with pytest.raises(ValueError, match="thoughts must be one of"):
+        ExpertAgent(env, thoughts="verbose")
 
 
 # -- HTTP server -----------------------------------------------------------------
