@@ -70,7 +70,7 @@ from rllib_agentgym.env_runners.llm_env_runner import RolloutResult
 from rllib_agentgym.envs.gym_env import text_space
 from rllib_agentgym.envs.multiagent_env import INSTRUCTIONS
 from rllib_agentgym.envs.registry import family_name
-from rllib_agentgym.envs.spec import parse_react_action
+from rllib_agentgym.envs.spec import check_task_pool, parse_react_action
 
 logger = logging.getLogger(__name__)
 
@@ -184,11 +184,7 @@ def pinned_task_ids(env_name: str, split: str, task_ids: list[int] | None) -> li
     ids = split_ids(env_name, split)
     if task_ids is None:
         return ids
-    in_split = set(ids)
-    missing = [int(i) for i in task_ids if int(i) not in in_split]
-    if missing or not task_ids:
-        raise ValueError(f"{env_name} split {split!r} has no task ids {missing or '[]'} "
-                         f"(its ids: {ids[:8]}{' ...' if len(ids) > 8 else ''})")
+    check_task_pool(env_name, split, ids, task_ids)
     return [int(i) for i in task_ids]
 
 

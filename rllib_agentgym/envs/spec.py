@@ -16,6 +16,15 @@ from typing import Any, Callable, Sequence
 _REACT_ACTION = re.compile(r"Action:\s*(.*)", re.DOTALL)
 
 
+def check_task_pool(name: str, split: str, split_ids: Sequence[int], pool: Sequence[int]) -> None:
+    """A clear error unless `pool` (env_config `task_ids`) is a non-empty set of the split's ids."""
+    in_split = set(split_ids)
+    missing = [int(i) for i in pool if int(i) not in in_split]
+    if missing or not pool:
+        raise ValueError(f"{name} split {split!r} has no task ids {missing or '[]'} "
+                         f"(its ids run from {min(split_ids)} to {max(split_ids)})")
+
+
 def parse_react_action(text: str) -> str | None:
     """Pull the action out of AgentGym's ReAct format ``Thought: ...\\nAction: ...``.
 
@@ -91,11 +100,7 @@ class EnvSpec:
         only those in `only` (env_config `task_ids`: a fixed pool of tasks, kept in order)."""
         ids = self.split_ids(split)
         if only is not None:
-            in_split = set(ids)
-            missing = [int(i) for i in only if int(i) not in in_split]
-            if missing or not only:
-                raise ValueError(f"{self.name} split {split!r} has no task ids {missing or '[]'} "
-                                 f"(its ids run from {min(ids)} to {max(ids)})")
+            check_task_pool(self.name, split, ids, only)
         if categories:
             wanted = {str(c) for c in categories}
             by_category = {i: self.category(i) for i in ids}
