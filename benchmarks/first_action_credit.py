@@ -37,7 +37,9 @@ _GOAL = re.compile(r"Your goal: go to (?:the |a )?(\w+ \w+)")
 
 
 def first_action_kind(response: str) -> str:
-    action = response.split("Action:")[-1].strip().lower()
+    from rllib_agentgym.envs.spec import parse_react_action  # the runner's own ReAct parsing
+
+    action = (parse_react_action(response) or "").lower()
     if action.startswith("go to"):
         return "go to"
     return "explore" if action in EXPLORING else "other"
