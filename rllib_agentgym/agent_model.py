@@ -43,12 +43,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ExpertData:
-    """`num` successful expert conversations of one family's train split, at most `max_turns` turns."""
+    """`num` successful expert conversations of one family's train split, at most `max_turns` turns,
+    each followed by `augmented_copies` variants from the family's augmentation (EnvSpec.augment)."""
 
     env: str
     num: int
     max_turns: int
     env_options: tuple[tuple[str, object], ...] = ()
+    augmented_copies: int = 0
 
 
 def _agent_model_config() -> EmbeddedModelConfig:
@@ -71,12 +73,13 @@ class AgentRecipe:
     micro_batch_size: int = 2  # rows of similar length share a micro-batch: little padding
     lr: float = 1e-3  # decayed linearly to `lr_final` over the run (RLlib lr schedule)
     lr_final: float = 5e-5
+    lr_warmup_iterations: int = 0  # linear warm-up from lr / 100 to `lr` first
     max_model_len: int = 1536  # longer conversations are cut (their first turns still train)
     model_dtype: str = "bfloat16"  # mixed precision: ~2x faster on CPUs with AVX512-BF16 / AMX
     seed: int = 0
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True, default=str).encode())
+        digest = hashlib.sha256(json.dumps(_key_fields(asdict(self)), sort_keys=True, default=str).encode())
         digest.update(_fingerprint(self.model).encode())  # the base model (tokenizer corpus included)
         return digest.hexdigest()[:12]
 
@@ -84,6 +87,26 @@ class AgentRecipe:
         """`agent_recipe.json` beside the weights: the recipe and its fingerprint."""
         (folder / "agent_recipe.json").write_text(
             json.dumps({"fingerprint": self.fingerprint(), **asdict(self)}, indent=2, default=str))
+
+
+# Options added after the first shipped recipe; at these values they change nothing, and they stay
+# out of the cache key, so adding an option does not invalidate models built before it.
+_NEUTRAL_RECIPE = {"lr_warmup_iterations": 0}
+_NEUTRAL_DATA = {"augmented_copies": 0}
+
+
+def _key_fields(recipe: dict) -> dict:
+    key = {k: v for k, v in recipe.items() if _NEUTRAL_RECIPE.get(k, object()) != v}
+    key["data"] = [{k: v for k, v in d.items() if _NEUTRAL_DATA.get(k, object()) != v} for d in recipe["data"]]
+    return key
+
+
+def lr_schedule(recipe: "AgentRecipe") -> list[list[float]]:
+    """RLlib lr schedule keyed by conversations trained on: warm-up to `lr`, then linear decay to `lr_final`."""
+    per_iteration, total = recipe.batch_size, recipe.iterations * recipe.batch_size
+    if not recipe.lr_warmup_iterations:
+        return [[0, recipe.lr], [total, recipe.lr_final]]
+    return [[0, recipe.lr / 100], [recipe.lr_warmup_iterations * per_iteration, recipe.lr], [total, recipe.lr_final]]
 
 
 SHIPPED_ARCHIVE = Path(__file__).resolve().parent / "assets" / f"{AGENT_NAME}.tar.xz"
@@ -170,18 +193,22 @@ def pack_for_shipping(recipe: AgentRecipe | None = None, archive: Path = SHIPPED
 def write_expert_data(recipe: AgentRecipe, folder: Path, log: Callable[[str], None] = print) -> list[str]:
     """One JSONL file of expert conversations per `recipe.data` entry."""
     from rllib_agentgym.data.conversations import write_jsonl
-    from rllib_agentgym.data.experts import expert_conversations
+    from rllib_agentgym.data.experts import expert_conversations, with_augmented_copies
     from rllib_agentgym.envs.registry import family_name
 
     paths = []
     for i, item in enumerate(recipe.data):
         rows = expert_conversations(item.env, "train", item.num, max_steps=item.max_turns,
                                     env_options=dict(item.env_options))
+        if item.augmented_copies:
+            rows = with_augmented_copies(rows, item.env, item.augmented_copies, seed=recipe.seed + i)
         path = folder / f"{i}-{family_name(item.env)}.jsonl"
         n = write_jsonl(path, rows)
-        log(f"{n} {family_name(item.env)} expert conversations (<= {item.max_turns} turns) -> {path}")
+        copies = f", {item.augmented_copies} augmented copies each" if item.augmented_copies else ""
+        log(f"{n} {family_name(item.env)} conversations (<= {item.max_turns} turns{copies}) -> {path}")
         paths.append(str(path))
     return paths
+
 
 
 def sft_config(recipe: AgentRecipe, data: list[str], base_model: str):
@@ -194,7 +221,7 @@ def sft_config(recipe: AgentRecipe, data: list[str], base_model: str):
         # A bfloat16 `model_dtype` trains fp32 weights under bf16 autocast (GRPOConfig).
         .llm(model_path=base_model, max_model_len=recipe.max_model_len, model_dtype=recipe.model_dtype)
         .training(sft_data=data, sft_batch_size=recipe.batch_size, micro_batch_size=recipe.micro_batch_size,
-                  lr=[[0, recipe.lr], [recipe.iterations * recipe.batch_size, recipe.lr_final]], grad_clip=1.0)
+                  lr=lr_schedule(recipe), grad_clip=1.0)
         # Entropy is only a diagnostic for SFT: not computing it saves ~10% of a step.
         .rl_module(model_config={"compute_entropy": False})
         .debugging(seed=recipe.seed)

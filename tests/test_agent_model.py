@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rllib_agentgym.agent_model import SHIPPED_ARCHIVE, AgentRecipe, agent_model_path, shipped_fingerprint
+from rllib_agentgym.agent_model import (SHIPPED_ARCHIVE, AgentRecipe, agent_model_path, lr_schedule,
+                                        shipped_fingerprint)
 from rllib_agentgym.core.embedded import resolve_model_path
 
 
@@ -16,6 +19,21 @@ def test_shipped_agent_is_from_the_current_recipe_and_small():
     # python scripts/build_agent_model.py --ship
     assert shipped_fingerprint() == AgentRecipe().fingerprint()
     assert SHIPPED_ARCHIVE.stat().st_size < 20 * 2**20
+
+
+def test_later_recipe_options_key_the_cache_only_when_used():
+    recipe = AgentRecipe()
+    assert dataclasses.replace(recipe, lr_warmup_iterations=0).fingerprint() == recipe.fingerprint()
+    assert dataclasses.replace(recipe, lr_warmup_iterations=30).fingerprint() != recipe.fingerprint()
+    renamed = (dataclasses.replace(recipe.data[0], augmented_copies=1), *recipe.data[1:])
+    assert dataclasses.replace(recipe, data=renamed).fingerprint() != recipe.fingerprint()
+
+
+def test_lr_schedule_warms_up_then_decays():
+    recipe = AgentRecipe(iterations=100, batch_size=8, lr=1e-3, lr_final=5e-5, lr_warmup_iterations=0)
+    assert lr_schedule(recipe) == [[0, 1e-3], [800, 5e-5]]
+    warm = dataclasses.replace(recipe, lr_warmup_iterations=10)
+    assert lr_schedule(warm) == [[0, pytest.approx(1e-5)], [80, 1e-3], [800, 5e-5]]
 
 
 def test_embedded_agent_unpacks_into_the_cache_and_loads(embedded_model):

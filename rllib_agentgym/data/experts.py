@@ -8,6 +8,8 @@ whose `act(observation) -> (thought, action)` plays the task in-process (TextCra
 takes `thoughts="steps"|"plan"`: `--expert-options '{"thoughts": "plan"}'`); the
 family's spec turns a step into the model turn (`EnvSpec.format_response`,
 e.g. ReAct "Thought: ...\\nAction: ..."). Only successful episodes are kept.
+`--augmented-copies N` adds N variants of each from the family's augmentation
+(`EnvSpec.augment`; TextCraft renames the items, `envs/textcraft/augment.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import argparse
 import importlib
 import json
 import logging
-from typing import Any, Iterator
+import random
+from typing import Any, Iterable, Iterator
 
 from rllib_agentgym.envs.registry import family_name, get_spec
 
@@ -78,6 +81,23 @@ def expert_conversations(env: str, split: str = "train", num: int = 100, max_ste
         instance.close()
 
 
+def with_augmented_copies(rows: Iterable[dict], env: str, copies: int, seed: int = 0) -> Iterator[dict]:
+    """Each row, then `copies` variants of it from the env family's augmentation (`EnvSpec.augment`,
+    seeded), e.g. TextCraft's item renaming. A family without one is a ValueError, raised here."""
+    if copies < 0:
+        raise ValueError(f"augmented copies must be >= 0, got {copies}")
+    augment = get_spec(env).load_augment() if copies else None
+
+    def rows_and_copies() -> Iterator[dict]:
+        rng = random.Random(seed)
+        for row in rows:
+            yield row
+            for _ in range(copies):
+                yield augment(row, rng)
+
+    return rows_and_copies()
+
+
 def check_expert_options(spec, expert_options: dict | None) -> None:
     """A clear error for options the family's ExpertAgent does not take (before any env starts)."""
     import inspect
@@ -100,6 +120,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="the JSONL file to write")
     parser.add_argument("--expert-options", type=json.loads, default=None,
                         help='JSON keyword arguments of the family\'s ExpertAgent, e.g. \'{"thoughts": "plan"}\'')
+    parser.add_argument("--augmented-copies", type=int, default=0,
+                        help="after each conversation, this many variants from the family's augmentation "
+                             "(TextCraft: items renamed)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the augmentation")
     return parser
 
 
@@ -108,9 +132,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.expert_options is not None and not isinstance(args.expert_options, dict):
         raise SystemExit("--expert-options must be a JSON object")
-    rows = expert_conversations(args.env, args.split, args.num, args.max_steps, expert_options=args.expert_options)
-    n = write_jsonl(args.out, rows)
-    print(f"wrote {n} {family_name(args.env)} expert conversations to {args.out}")
+    try:
+        rows = expert_conversations(args.env, args.split, args.num, args.max_steps, expert_options=args.expert_options)
+        if args.augmented_copies:
+            rows = with_augmented_copies(rows, args.env, args.augmented_copies, args.seed)
+        n = write_jsonl(args.out, rows)
+    except ValueError as exc:  # unknown expert options, a family without augmentation
+        raise SystemExit(str(exc)) from None
+    copies = f" ({args.augmented_copies} augmented copies each)" if args.augmented_copies else ""
+    print(f"wrote {n} {family_name(args.env)} conversations{copies} to {args.out}")
     return 0
 
 

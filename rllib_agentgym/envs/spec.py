@@ -66,6 +66,9 @@ class EnvSpec:
                    default treats it as a format error: its action may be cut off).
     format_response: (thought, action) of an expert step -> the model turn that
                    expresses it (expert trajectories for SFT use it).
+    augment:       "module:function" (conversation, random.Random) -> a new training
+                   conversation made from an expert one (e.g. TextCraft's item renaming),
+                   or "" when the family has none.
     """
 
     name: str
@@ -79,10 +82,17 @@ class EnvSpec:
     accept_truncated: bool = False
     format_response: Callable[[str, str], str] = format_react
     env_options: dict[str, Any] = field(default_factory=dict)
+    augment: str = ""
 
     def load_env_class(self) -> type:
         module, _, cls = self.env_class.partition(":")
         return getattr(importlib.import_module(module), cls)
+
+    def load_augment(self) -> Callable:
+        if not self.augment:
+            raise ValueError(f"{self.name} has no data augmentation for expert conversations")
+        module, _, function = self.augment.partition(":")
+        return getattr(importlib.import_module(module), function)
 
     def _tasks(self):
         return importlib.import_module(self.tasks_module or self.server_module + ".tasks")

@@ -27,7 +27,7 @@ class AgentSFTConfig(GRPOConfig):
     def __init__(self, algo_class=None):
         super().__init__(algo_class=algo_class or AgentSFT)
         self.sft_data = None  # a JSONL path or a list of them
-        self.sft_expert = None  # {num, split, max_steps, expert_options}: generate from the env's expert
+        self.sft_expert = None  # {num, split, max_steps, expert_options, augmented_copies}: generate from the env's expert
         self.sft_batch_size = 16  # conversations per iteration
         self.lr = 1e-4
         self.use_kl_loss = False
@@ -68,11 +68,13 @@ class AgentSFT(GRPO):
         cfg = self.config
         conversations = load_jsonl(cfg.sft_data) if cfg.sft_data else []
         if cfg.sft_expert:
-            from rllib_agentgym.data.experts import expert_conversations
+            from rllib_agentgym.data.experts import expert_conversations, with_augmented_copies
 
             e = dict(cfg.sft_expert)
             rows = expert_conversations(cfg.env, e.get("split", "train"), int(e.get("num", 100)), int(e.get("max_steps", 100)),
                                         expert_options=e.get("expert_options"))
+            if e.get("augmented_copies"):
+                rows = with_augmented_copies(rows, cfg.env, int(e["augmented_copies"]), seed=cfg.seed or 0)
             conversations += [normalize(row) for row in rows]
         if not conversations:
             raise ValueError("AgentSFT: no conversations to train on")

@@ -28,4 +28,5 @@ SPEC = EnvSpec(
     parse_action=parse_react_action,
     tasks_module="envs.textcraft.tasks",
     default_max_new_tokens=64,
+    augment="envs.textcraft.augment:rename_items",
 )
