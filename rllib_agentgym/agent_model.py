@@ -200,15 +200,13 @@ def write_expert_data(recipe: AgentRecipe, folder: Path, log: Callable[[str], No
     for i, item in enumerate(recipe.data):
         rows = expert_conversations(item.env, "train", item.num, max_steps=item.max_turns,
                                     env_options=dict(item.env_options))
-        if item.augmented_copies:
-            rows = with_augmented_copies(rows, item.env, item.augmented_copies, seed=recipe.seed + i)
+        rows = with_augmented_copies(rows, item.env, item.augmented_copies, seed=recipe.seed + i)
         path = folder / f"{i}-{family_name(item.env)}.jsonl"
         n = write_jsonl(path, rows)
         copies = f", {item.augmented_copies} augmented copies each" if item.augmented_copies else ""
         log(f"{n} {family_name(item.env)} conversations (<= {item.max_turns} turns{copies}) -> {path}")
         paths.append(str(path))
     return paths
-
 
 
 def sft_config(recipe: AgentRecipe, data: list[str], base_model: str):

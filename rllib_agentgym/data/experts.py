@@ -83,7 +83,8 @@ def expert_conversations(env: str, split: str = "train", num: int = 100, max_ste
 
 def with_augmented_copies(rows: Iterable[dict], env: str, copies: int, seed: int = 0) -> Iterator[dict]:
     """Each row, then `copies` variants of it from the env family's augmentation (`EnvSpec.augment`,
-    seeded), e.g. TextCraft's item renaming. A family without one is a ValueError, raised here."""
+    seeded), e.g. TextCraft's item renaming; the rows as they are for 0 copies. A family without an
+    augmentation is a ValueError, raised here (before any row is generated)."""
     if copies < 0:
         raise ValueError(f"augmented copies must be >= 0, got {copies}")
     augment = get_spec(env).load_augment() if copies else None
@@ -134,8 +135,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--expert-options must be a JSON object")
     try:
         rows = expert_conversations(args.env, args.split, args.num, args.max_steps, expert_options=args.expert_options)
-        if args.augmented_copies:
-            rows = with_augmented_copies(rows, args.env, args.augmented_copies, args.seed)
+        rows = with_augmented_copies(rows, args.env, args.augmented_copies, args.seed)
         n = write_jsonl(args.out, rows)
     except ValueError as exc:  # unknown expert options, a family without augmentation
         raise SystemExit(str(exc)) from None

@@ -73,8 +73,7 @@ class AgentSFT(GRPO):
             e = dict(cfg.sft_expert)
             rows = expert_conversations(cfg.env, e.get("split", "train"), int(e.get("num", 100)), int(e.get("max_steps", 100)),
                                         expert_options=e.get("expert_options"))
-            if e.get("augmented_copies"):
-                rows = with_augmented_copies(rows, cfg.env, int(e["augmented_copies"]), seed=cfg.seed or 0)
+            rows = with_augmented_copies(rows, cfg.env, int(e.get("augmented_copies", 0)), seed=cfg.seed or 0)
             conversations += [normalize(row) for row in rows]
         if not conversations:
             raise ValueError("AgentSFT: no conversations to train on")
