@@ -19,7 +19,6 @@ target: HTTP adds under 2 ms p50 per step over in-process.
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import sys
 import threading
@@ -53,7 +52,7 @@ def record_scripts(family: str, num_tasks: int, max_steps: int = 40) -> list[Scr
     from rllib_agentgym.envs.registry import get_spec
 
     spec = get_spec(family)
-    expert_cls = importlib.import_module(f"envs.{family}.expert").ExpertAgent
+    expert_cls = spec.load_expert_class()
     try:
         ids = spec.split_ids("test")
     except KeyError:

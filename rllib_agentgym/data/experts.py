@@ -15,7 +15,6 @@ e.g. ReAct "Thought: ...\\nAction: ..."). Only successful episodes are kept.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import random
@@ -29,7 +28,7 @@ logger = logging.getLogger(__name__)
 def expert_episode(spec, env, data_idx: int, max_steps: int = 100,
                    expert_options: dict | None = None) -> dict[str, Any] | None:
     """Play one task with the family's expert; the conversation if it succeeded, else None."""
-    expert_cls = importlib.import_module(f"{spec.server_module}.expert").ExpertAgent
+    expert_cls = spec.load_expert_class()
     observation = env.reset(int(data_idx))
     messages = [{"role": "system", "content": spec.instruction}, {"role": "user", "content": observation}]
     try:
@@ -105,7 +104,7 @@ def check_expert_options(spec, expert_options: dict | None) -> None:
 
     if not expert_options:
         return
-    expert_cls = importlib.import_module(f"{spec.server_module}.expert").ExpertAgent
+    expert_cls = spec.load_expert_class()
     known = [name for name in inspect.signature(expert_cls).parameters if name != "env"]
     unknown = sorted(set(expert_options) - set(known))
     if unknown:

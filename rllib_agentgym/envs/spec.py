@@ -16,6 +16,12 @@ from typing import Any, Callable, Sequence
 _REACT_ACTION = re.compile(r"Action:\s*(.*)", re.DOTALL)
 
 
+def _import_ref(ref: str) -> Any:
+    """The object a "module:name" reference names."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def check_task_pool(name: str, split: str, split_ids: Sequence[int], pool: Sequence[int]) -> None:
     """A clear error unless `pool` (env_config `task_ids`) is a non-empty set of the split's ids."""
     in_split = set(split_ids)
@@ -85,14 +91,16 @@ class EnvSpec:
     augment: str = ""
 
     def load_env_class(self) -> type:
-        module, _, cls = self.env_class.partition(":")
-        return getattr(importlib.import_module(module), cls)
+        return _import_ref(self.env_class)
+
+    def load_expert_class(self) -> type:
+        """The family's scripted expert, `<server_module>.expert:ExpertAgent`."""
+        return _import_ref(f"{self.server_module}.expert:ExpertAgent")
 
     def load_augment(self) -> Callable:
         if not self.augment:
             raise ValueError(f"{self.name} has no data augmentation for expert conversations")
-        module, _, function = self.augment.partition(":")
-        return getattr(importlib.import_module(module), function)
+        return _import_ref(self.augment)
 
     def _tasks(self):
         return importlib.import_module(self.tasks_module or self.server_module + ".tasks")

@@ -53,7 +53,7 @@ def test_renamed_actions_follow_the_renamed_commands(conversations):
         assert goal == mapping[original["messages"][1]["content"].rsplit("Goal: craft ", 1)[1].rstrip(".")]
         commands = _commands(observation)
         actions = [a for m in renamed["messages"] if m["role"] == "assistant" for a in _ACTION.findall(m["content"])]
-        assert actions[-1].startswith(f"craft ") and f" {goal} using " in actions[-1]
+        assert actions[-1].startswith("craft ") and f" {goal} using " in actions[-1]
         for action in actions:
             if match := _CRAFT.fullmatch(action):
                 count, using = int(match.group(1)), match.group(3)
