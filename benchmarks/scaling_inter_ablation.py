@@ -24,6 +24,7 @@ the three arms (thin: seeds, bold: mean).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -50,6 +51,23 @@ def arms(short: int, long: int, iterations: int) -> dict[str, dict[str, Any]]:
     }
 
 
+def resumable_runs(path: str, config_file: str, iterations: int, common: dict[str, Any],
+                   arm_overrides: dict[str, dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    """{arm: {seed: run}} of an earlier ablation JSON; an error where it was made with another config."""
+    earlier = json.loads(Path(path).read_text())
+    made_with = (earlier.get("config_file"), earlier.get("iterations"), earlier.get("overrides"))
+    if made_with != (config_file, iterations, common):
+        raise SystemExit(f"--resume {path}: made with (config_file, iterations, overrides) = {made_with}, "
+                         f"not {(config_file, iterations, common)}")
+    kept: dict[str, dict[int, dict[str, Any]]] = {}
+    for name, arm in earlier.get("arms", {}).items():
+        if name not in arm_overrides or arm["overrides"] != arm_overrides[name]:
+            raise SystemExit(f"--resume {path}: arm {name!r} is not one of this ablation's arms "
+                             f"{list(arm_overrides)} with the same overrides")
+        kept[name] = {run["seed"]: run for run in arm["runs"]}
+    return kept
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="textcraft")
@@ -63,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=0, help="torch / vLLM CPU threads (0: defaults)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None)
+    parser.add_argument("--resume", default=None, help="an earlier JSON of this ablation: keep its runs")
     args = parser.parse_args(argv)
     quiet_logs()
     threads = limit_cpu_threads(args.threads)
@@ -70,18 +89,43 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from rllib_agentgym.experiments import parse_json_arg
 
     common = parse_json_arg("--config", args.config)
-    init_ray()
+    arm_overrides = arms(args.short, args.long, args.iterations)
+    relative_config = os.path.relpath(config_file, ROOT)
+    kept = resumable_runs(args.resume, relative_config, args.iterations, common, arm_overrides) if args.resume else {}
+    seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[str, Any] = {}
-    for name, overrides in arms(args.short, args.long, args.iterations).items():
-        runs = []
-        for seed in [int(s) for s in args.seeds.split(",")]:
+
+    def snapshot() -> dict[str, Any]:
+        return {"meta": {**meta(__file__, argv), **threads}, "config_file": relative_config,
+                "iterations": args.iterations, "overrides": common,
+                "arms": {name: results[name] for name in arm_overrides if name in results}}
+
+    def record(name: str, runs_by_seed: dict[int, dict[str, Any]]) -> None:
+        runs = [runs_by_seed[seed] for seed in sorted(runs_by_seed)]
+        results[name] = {"overrides": arm_overrides[name], "runs": runs, "summary": summarize(runs)}
+
+    for name in arm_overrides:
+        if kept.get(name):
+            record(name, dict(kept[name]))
+    ray_started = False
+    for name, overrides in arm_overrides.items():
+        runs_by_seed = dict(kept.get(name, {}))
+        for seed in seeds:
+            if seed in runs_by_seed:
+                print(f"{name}, seed {seed}: kept from {args.resume}", file=sys.stderr)
+                continue
+            if not ray_started:
+                init_ray()
+                ray_started = True
             print(f"{name}, seed {seed}:", file=sys.stderr)
             config = experiment_config(config_file, {**common, **overrides, "seed": seed})
-            runs.append({"seed": seed, **run_curve(config, args.iterations, args.eval_every,
-                                                   log=lambda m: print(m, file=sys.stderr, flush=True))})
-        results[name] = {"overrides": overrides, "runs": runs, "summary": summarize(runs)}
-    out = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
-           "iterations": args.iterations, "overrides": common, "arms": results}
+            runs_by_seed[seed] = {"seed": seed, **run_curve(config, args.iterations, args.eval_every,
+                                                            log=lambda m: print(m, file=sys.stderr, flush=True))}
+            record(name, runs_by_seed)
+            if args.out:  # an interrupted ablation keeps what it finished
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps(snapshot(), indent=2, default=float) + "\n")
+    out = snapshot()
     if args.plot:
         plot_curves({name: arm["runs"] for name, arm in results.items()}, args.plot,
                     f"ScalingInter ablation on {args.env} (GRPO from embedded-agent)")

@@ -74,6 +74,7 @@ class AgentRecipe:
     lr: float = 1e-3  # decayed linearly to `lr_final` over the run (RLlib lr schedule)
     lr_final: float = 5e-5
     lr_warmup_iterations: int = 0  # linear warm-up from lr / 100 to `lr` first
+    observation_loss_weight: float = 0.0  # AgentSFT's LM loss on observation tokens (0: responses only)
     max_model_len: int = 1536  # longer conversations are cut (their first turns still train)
     model_dtype: str = "bfloat16"  # mixed precision: ~2x faster on CPUs with AVX512-BF16 / AMX
     seed: int = 0
@@ -91,7 +92,7 @@ class AgentRecipe:
 
 # Options added after the first shipped recipe; at these values they change nothing, and they stay
 # out of the cache key, so adding an option does not invalidate models built before it.
-_NEUTRAL_RECIPE = {"lr_warmup_iterations": 0}
+_NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0}
 _NEUTRAL_DATA = {"augmented_copies": 0}
 
 
@@ -219,7 +220,7 @@ def sft_config(recipe: AgentRecipe, data: list[str], base_model: str):
         # A bfloat16 `model_dtype` trains fp32 weights under bf16 autocast (GRPOConfig).
         .llm(model_path=base_model, max_model_len=recipe.max_model_len, model_dtype=recipe.model_dtype)
         .training(sft_data=data, sft_batch_size=recipe.batch_size, micro_batch_size=recipe.micro_batch_size,
-                  lr=lr_schedule(recipe), grad_clip=1.0)
+                  lr=lr_schedule(recipe), grad_clip=1.0, observation_loss_weight=recipe.observation_loss_weight)
         # Entropy is only a diagnostic for SFT: not computing it saves ~10% of a step.
         .rl_module(model_config={"compute_entropy": False})
         .debugging(seed=recipe.seed)
@@ -250,7 +251,9 @@ def build_agent_model(path: Path, recipe: AgentRecipe | None = None, log: Callab
                 result = algo.train()
                 if (i + 1) % 10 == 0 or i == 0:
                     learner = result["learners"]["default_policy"]
-                    log(f"sft iter {i + 1}/{recipe.iterations}: loss {learner['sft_loss']:.4f} "
+                    observation = (f" observation loss {learner['sft_observation_loss']:.4f}"
+                                   if "sft_observation_loss" in learner else "")
+                    log(f"sft iter {i + 1}/{recipe.iterations}: loss {learner['sft_loss']:.4f}{observation} "
                         f"epoch {result.get('sft_epoch', float('nan')):.2f} {time.perf_counter() - t1:.0f} s")
             ckpt = algo.save(str(Path(tmp) / "checkpoint")).checkpoint.path
         finally:

@@ -4,6 +4,7 @@
     python scripts/build_agent_model.py --no-eval              # = python -m rllib_agentgym.prepare --agent
     python scripts/build_agent_model.py --report-dir docs/results/agent
     python scripts/build_agent_model.py --no-eval --ship       # + rllib_agentgym/assets/embedded-agent.tar.xz
+    python scripts/build_agent_model.py --recipe '{"observation_loss_weight": 0.5}'   # a variant, cached by its own key
 
 Building: expert conversations of the TextCraft and BabyAI train splits, then
 AgentSFT on a fresh embedded Qwen2 (see rllib_agentgym/agent_model.py); the
@@ -58,6 +59,23 @@ def evaluate_agent(model: str, report_dir: Path | None, engine: str, num_tasks: 
     return reports
 
 
+def recipe_from_json(text: str | None):
+    """The default AgentRecipe with the given fields changed; None for no changes."""
+    if not text:
+        return None
+    import dataclasses
+
+    from rllib_agentgym.agent_model import AgentRecipe
+    from rllib_agentgym.experiments import parse_json_arg
+
+    changes = parse_json_arg("--recipe", text)
+    known = {f.name for f in dataclasses.fields(AgentRecipe)} - {"model", "data"}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise SystemExit(f"--recipe: unknown fields {unknown}; known: {sorted(known)}")
+    return dataclasses.replace(AgentRecipe(), **changes)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="build and evaluate the embedded agent model")
     parser.add_argument("--no-eval", action="store_true")
@@ -67,7 +85,12 @@ def main(argv=None) -> None:
     parser.add_argument("--ship", action="store_true",
                         help="also write the shipped archive (rllib_agentgym/assets/embedded-agent.tar.xz)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--recipe", default=None,
+                        help="JSON of AgentRecipe fields to change (an experiment: evaluated, never shipped)")
     args = parser.parse_args(argv)
+    recipe = recipe_from_json(args.recipe)
+    if args.ship and recipe is not None:
+        parser.error("--ship ships the default recipe; change AgentRecipe's defaults to ship a variant")
     if args.threads:
         import torch
 
@@ -75,7 +98,7 @@ def main(argv=None) -> None:
     from rllib_agentgym.agent_model import agent_model_path
 
     t0, c0 = time.perf_counter(), cpu_seconds()
-    path = agent_model_path(build=True)
+    path = agent_model_path(recipe, build=True)
     print(f"embedded-agent: {path} ({time.perf_counter() - t0:.0f} s wall, {cpu_seconds() - c0:.0f} CPU s)")
     if args.ship:
         from rllib_agentgym.agent_model import pack_for_shipping
@@ -83,7 +106,7 @@ def main(argv=None) -> None:
         archive = pack_for_shipping()
         print(f"shipped archive: {archive} ({archive.stat().st_size / 2**20:.1f} MiB)")
     if not args.no_eval:
-        evaluate_agent("embedded-agent", Path(args.report_dir) if args.report_dir else None, args.engine, args.num_tasks)
+        evaluate_agent("embedded-agent" if recipe is None else str(path), Path(args.report_dir) if args.report_dir else None, args.engine, args.num_tasks)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,20 @@ def test_later_recipe_options_key_the_cache_only_when_used():
     recipe = AgentRecipe()
     assert dataclasses.replace(recipe, lr_warmup_iterations=0).fingerprint() == recipe.fingerprint()
     assert dataclasses.replace(recipe, lr_warmup_iterations=30).fingerprint() != recipe.fingerprint()
+    assert dataclasses.replace(recipe, observation_loss_weight=0.5).fingerprint() != recipe.fingerprint()
     renamed = (dataclasses.replace(recipe.data[0], augmented_copies=1), *recipe.data[1:])
     assert dataclasses.replace(recipe, data=renamed).fingerprint() != recipe.fingerprint()
+
+
+def test_build_script_recipe_variants_change_known_fields_only():
+    from scripts.build_agent_model import recipe_from_json
+
+    assert recipe_from_json(None) is None
+    variant = recipe_from_json('{"observation_loss_weight": 0.5, "iterations": 10}')
+    assert (variant.observation_loss_weight, variant.iterations) == (0.5, 10)
+    assert variant.data == AgentRecipe().data
+    with pytest.raises(SystemExit, match="unknown fields"):
+        recipe_from_json('{"layers": 2}')
 
 
 def test_lr_schedule_warms_up_then_decays():

@@ -56,3 +56,24 @@ def test_first_action_credit_classifies_context_and_action():
     assert cells["goal in view / first action go to"] == {"episodes": 1, "success": 1.0, "mean_advantage": 0.5, "mean_turns": 1.0}
     assert cells["goal in view / first action explore"]["mean_advantage"] == -0.5
     assert cells["goal not in view / first action explore"]["mean_turns"] == 3.0
+
+
+def test_scaling_inter_ablation_resume_keeps_runs_of_the_same_config_only(tmp_path):
+    import pytest
+
+    from benchmarks.scaling_inter_ablation import arms, resumable_runs
+
+    arm_overrides = arms(4, 12, 10)
+    run = {"seed": 0, "eval": [{"iteration": 0, "success_rate": 0.5}], "train": []}
+    earlier = {"config_file": "tuned_examples/babyai_warmstart_cpu.yaml", "iterations": 10, "overrides": {},
+               "arms": {name: {"overrides": json.loads(json.dumps(o)), "runs": [run]}
+                        for name, o in arm_overrides.items()}}
+    path = tmp_path / "ablation.json"
+    path.write_text(json.dumps(earlier))
+
+    kept = resumable_runs(str(path), earlier["config_file"], 10, {}, arm_overrides)
+    assert kept == {name: {0: run} for name in arm_overrides}
+    with pytest.raises(SystemExit, match="made with"):
+        resumable_runs(str(path), earlier["config_file"], 30, {}, arm_overrides)
+    with pytest.raises(SystemExit, match="not one of this ablation's arms"):
+        resumable_runs(str(path), earlier["config_file"], 10, {}, arms(4, 15, 10))

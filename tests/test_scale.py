@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-import torch
 from types import SimpleNamespace
 
 from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -13,7 +12,7 @@ from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 from rllib_agentgym.algorithms.sft.sft import AgentSFTConfig
 from rllib_agentgym.cli import main
 from rllib_agentgym.core.chat import ChatFormat
-from rllib_agentgym.data.conversations import load_jsonl, normalize, tokenize, write_jsonl
+from rllib_agentgym.data.conversations import load_jsonl, tokenize, tokenize_with_observations, write_jsonl
 from rllib_agentgym.data.experts import expert_conversations
 from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner
 from rllib_agentgym.export import POLICY_SUBDIR
@@ -43,6 +42,14 @@ def test_expert_conversations_tokenize_with_rl_masks(embedded_model, tmp_path):
     messages = [{"role": m["role"], "content": m["content"]} for m in rows[0]["messages"]]
     tail = chat.after_assistant[len(chat.eos_text):]
     assert tok.decode(ids) + tail == tok.apply_chat_template(messages, tokenize=False)
+    # The observation mask covers every user turn and neither the system prompt nor a response.
+    same_ids, same_mask, observation = tokenize_with_observations(tok, chat, load_jsonl(path)[0])
+    assert (same_ids, same_mask) == (ids, mask) and len(observation) == len(ids)
+    assert not any(m and o for m, o in zip(mask, observation))
+    observed = tok.decode([i for i, o in zip(ids, observation) if o], skip_special_tokens=True)
+    users = [m["content"] for m in rows[0]["messages"] if m["role"] == "user"]
+    assert observed.startswith(users[0]) and all(u in observed for u in users)
+    assert rows[0]["messages"][0]["content"][:40] not in observed
 
 
 def _sft(tmp_path, lora=None, iterations=3):
@@ -57,6 +64,29 @@ def _sft(tmp_path, lora=None, iterations=3):
     path = algo.save(str(tmp_path / "ckpt")).checkpoint.path
     algo.stop()
     return losses, path
+
+
+def test_sft_observation_loss_trains_on_observations_and_keeps_the_response_loss(ray_local, embedded_model):
+    def losses(weight):
+        cfg = (AgentSFTConfig().environment("agentgym/babyai")
+               .training(sft_expert={"num": 4}, sft_batch_size=4, lr=1e-3, micro_batch_size=2,
+                         observation_loss_weight=weight)
+               .debugging(seed=0))
+        algo = cfg.build_algo()
+        try:
+            return [algo.train()["learners"]["default_policy"] for _ in range(4)]
+        finally:
+            algo.stop()
+
+    plain, with_observations = losses(0.0), losses(0.5)
+    assert "sft_observation_loss" not in plain[0]
+    observation = [r["sft_observation_loss"] for r in with_observations]
+    assert observation[-1] < observation[0]
+    # The response term is its own token mean: the first step (same weights, same batch) reports the same value.
+    assert with_observations[0]["sft_loss"] == pytest.approx(plain[0]["sft_loss"], rel=1e-3)
+    with pytest.raises(ValueError, match="observation_loss_weight"):
+        AgentSFTConfig().environment("agentgym/babyai").training(sft_expert={"num": 1},
+                                                                 observation_loss_weight=-1).validate()
 
 
 def test_expert_options_reach_the_expert_and_unknown_ones_fail_clearly(tmp_path):

@@ -65,12 +65,24 @@ def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
 
 def tokenize(tokenizer, chat: ChatFormat, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
     """(token ids, loss mask) of one conversation; see the module doc."""
+    ids, mask, _ = tokenize_with_observations(tokenizer, chat, messages)
+    return ids, mask
+
+
+def tokenize_with_observations(tokenizer, chat: ChatFormat,
+                               messages: list[dict[str, Any]]) -> tuple[list[int], list[int], list[int]]:
+    """(token ids, loss mask, observation mask): the mask is 1 on the observation tokens, i.e. the
+    user turns with the chat-template tokens around them, and 0 on the system prompt and responses."""
     system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
     rest = messages[1:] if messages and messages[0]["role"] == "system" else list(messages)
     if not rest or rest[0]["role"] != "user":
         raise ValueError("a conversation must start with a user turn (after an optional system turn)")
     ids = chat.prompt_ids(tokenizer, system, rest[0]["content"])
     mask = [0] * len(ids)
+    # The first observation starts where the prompt stops matching the same prompt with an empty one.
+    empty = chat.prompt_ids(tokenizer, system, "")
+    start = next((i for i, (a, b) in enumerate(zip(ids, empty)) if a != b), min(len(ids), len(empty)))
+    observation = [0] * start + [1] * (len(ids) - start)
     previous = "user"
     for message in rest[1:]:
         if message["role"] == previous:
@@ -79,9 +91,11 @@ def tokenize(tokenizer, chat: ChatFormat, messages: list[dict[str, Any]]) -> tup
             part = list(tokenizer(message["content"], add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
             ids += part
             mask += [1 if message.get("loss", True) else 0] * len(part)
+            observation += [0] * len(part)
         else:
             part = chat.observation_ids(tokenizer, message["content"], response_closed=True)
             ids += part
             mask += [0] * len(part)
+            observation += [1] * len(part)
         previous = message["role"]
-    return ids, mask
+    return ids, mask, observation

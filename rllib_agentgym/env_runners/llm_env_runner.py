@@ -31,7 +31,7 @@ from pathlib import Path
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Collection, Optional
+from typing import Any, Optional
 
 import numpy as np
 import ray

@@ -4,7 +4,9 @@ Data: `sft_data` (JSONL files of conversations, ours or AgentGym's format)
 and/or `sft_expert: {num: N, split: train}` (generated at setup from the
 env family's scripted expert). Each iteration trains on the next
 `sft_batch_size` conversations (reshuffled every epoch, seeded). An `lr`
-schedule is keyed by the number of conversations trained on. The module,
+schedule is keyed by the number of conversations trained on.
+`observation_loss_weight` > 0 adds a language-modelling loss on the
+observation tokens (the learner's docstring has the equation). The module,
 tokenization and loss masks are the RL ones, so `model_path: <an AgentSFT
 checkpoint>` starts a GRPO run from the result.
 """
@@ -29,13 +31,19 @@ class AgentSFTConfig(GRPOConfig):
         self.sft_data = None  # a JSONL path or a list of them
         self.sft_expert = None  # {num, split, max_steps, expert_options, augmented_copies}: generate from the env's expert
         self.sft_batch_size = 16  # conversations per iteration
+        # Weight of the next-token loss on observation tokens: they are already in the forward pass,
+        # and they are mostly copies (an action list repeats the objects in view), which a small
+        # model trained from scratch has to learn to make.
+        self.observation_loss_weight = 0.0
         self.lr = 1e-4
         self.use_kl_loss = False
         self.log_trajectories = 0
 
-    def training(self, *, sft_data=NotProvided, sft_expert=NotProvided, sft_batch_size: Optional[int] = NotProvided, **kwargs):
+    def training(self, *, sft_data=NotProvided, sft_expert=NotProvided, sft_batch_size: Optional[int] = NotProvided,
+                 observation_loss_weight: Optional[float] = NotProvided, **kwargs):
         super().training(**kwargs)
-        for name, value in dict(sft_data=sft_data, sft_expert=sft_expert, sft_batch_size=sft_batch_size).items():
+        for name, value in dict(sft_data=sft_data, sft_expert=sft_expert, sft_batch_size=sft_batch_size,
+                                observation_loss_weight=observation_loss_weight).items():
             if value is not NotProvided:
                 setattr(self, name, value)
         return self
@@ -51,6 +59,8 @@ class AgentSFTConfig(GRPOConfig):
             self._value_error("AgentSFT needs `sft_data` (JSONL paths) or `sft_expert` ({num, split})")
         if self.sft_expert and not self.env:
             self._value_error("`sft_expert` needs `env` (whose expert plays the tasks)")
+        if not (isinstance(self.observation_loss_weight, (int, float)) and self.observation_loss_weight >= 0):
+            self._value_error(f"`observation_loss_weight` must be a number >= 0, got {self.observation_loss_weight!r}")
 
 
 class AgentSFT(GRPO):
@@ -63,7 +73,7 @@ class AgentSFT(GRPO):
         from transformers import AutoTokenizer
 
         from rllib_agentgym.core.chat import ChatFormat
-        from rllib_agentgym.data.conversations import load_jsonl, normalize, tokenize
+        from rllib_agentgym.data.conversations import load_jsonl, normalize, tokenize_with_observations
 
         cfg = self.config
         conversations = load_jsonl(cfg.sft_data) if cfg.sft_data else []
@@ -80,12 +90,12 @@ class AgentSFT(GRPO):
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(cfg.model_path))
         chat = ChatFormat.from_tokenizer(tokenizer)
         self._pad_id = tokenizer.pad_token_id or 0
-        self._examples = [tokenize(tokenizer, chat, c) for c in conversations]
-        self._examples = [(ids[: cfg.max_model_len], mask[: cfg.max_model_len]) for ids, mask in self._examples]
+        self._examples = [tuple(column[: cfg.max_model_len] for column in tokenize_with_observations(tokenizer, chat, c))
+                          for c in conversations]
         self._rng = np.random.default_rng(cfg.seed or 0)
         self._order: list[int] = []
 
-    def _next_batch(self) -> list[tuple[list[int], list[int]]]:
+    def _next_batch(self) -> list[tuple[list[int], list[int], list[int]]]:
         batch = []
         while len(batch) < self.config.sft_batch_size:
             if not self._order:
@@ -95,16 +105,21 @@ class AgentSFT(GRPO):
 
     def training_step(self) -> None:
         examples = self._next_batch()
-        width = max(len(ids) for ids, _ in examples)
+        width = max(len(ids) for ids, _, _ in examples)
         b = len(examples)
         input_ids = np.full((b, width), self._pad_id, dtype=np.int64)
         attention = np.zeros((b, width), dtype=np.int64)
         mask = np.zeros((b, width), dtype=np.float32)
-        for i, (ids, m) in enumerate(examples):
+        observation = np.zeros((b, width), dtype=np.float32)
+        for i, (ids, m, o) in enumerate(examples):
             input_ids[i, : len(ids)] = ids
             attention[i, : len(ids)] = 1
             mask[i, : len(m)] = m
-        batch = SampleBatch({"input_ids": input_ids, "attention_mask": attention, "response_mask": mask})
+            observation[i, : len(o)] = o
+        columns = {"input_ids": input_ids, "attention_mask": attention, "response_mask": mask}
+        if self.config.observation_loss_weight:
+            columns["observation_mask"] = observation
+        batch = SampleBatch(columns)
         # Timesteps = conversations trained on before this batch: an RLlib `lr`
         # schedule ([[0, lr0], [n, lr1], ...]) is keyed by it.
         seen = self.iteration * self.config.sft_batch_size

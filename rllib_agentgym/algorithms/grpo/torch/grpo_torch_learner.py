@@ -44,7 +44,7 @@ KL = "kl"
 ENTROPY = "entropy"
 VALUE_OPTIMIZER = "value"
 TOKEN_LEVEL_ESTIMATORS = ("reinforce_plus_plus", "gae")
-SUMMED_STATS = {POLICY_LOSS, VF_LOSS, KL, ENTROPY, "sft_loss"}  # aggregated with the minibatch's counts
+SUMMED_STATS = {POLICY_LOSS, VF_LOSS, KL, ENTROPY, "sft_loss", "sft_observation_loss"}  # aggregated with the minibatch's counts
 
 
 def micro_batches_by_length(lengths, micro: int) -> list[np.ndarray]:
