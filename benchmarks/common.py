@@ -90,13 +90,17 @@ def median(samples: Sequence[float]) -> float:
     return statistics.median(samples) if samples else float("nan")
 
 
+def write_json(result: dict[str, Any], out: str) -> str:
+    """Write the result as JSON to `out` (parent folders made); the JSON text."""
+    text = json.dumps(result, indent=2, default=float)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text + "\n")
+    return text
+
+
 def emit(result: dict[str, Any], out: str | None) -> dict[str, Any]:
     """Print the result as JSON and write it to `out` when given."""
-    text = json.dumps(result, indent=2, default=float)
-    print(text)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(text + "\n")
+    print(write_json(result, out) if out else json.dumps(result, indent=2, default=float))
     return result
 
 

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/scaling_inter_ablation.py`
 
-from benchmarks.common import emit, limit_cpu_threads, meta, quiet_logs  # noqa: E402
+from benchmarks.common import emit, limit_cpu_threads, meta, quiet_logs, write_json  # noqa: E402
 from benchmarks.learning_curves import ROOT, experiment_config, init_ray, plot_curves, run_curve, summarize  # noqa: E402
 
 
@@ -123,8 +123,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                                             log=lambda m: print(m, file=sys.stderr, flush=True))}
             record(name, runs_by_seed)
             if args.out:  # an interrupted ablation keeps what it finished
-                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.out).write_text(json.dumps(snapshot(), indent=2, default=float) + "\n")
+                write_json(snapshot(), args.out)
     out = snapshot()
     if args.plot:
         plot_curves({name: arm["runs"] for name, arm in results.items()}, args.plot,
