@@ -11,7 +11,8 @@ prompt and a one-line answer: a lower bound on what the agent recipe needs.
 Options mirror what docs/learning.md section 2 compares: `--renamed` (share of
 examples with items renamed, envs/textcraft/augment.py), `--curriculum` (each
 example's number of distractor commands drawn from 0..10 instead of always
-10), `--lr` and `--warmup` steps.
+10), `--lr` and `--warmup` steps, and `--induction-steps` of induction
+pretraining first (not counted in `--seconds`).
 
     python benchmarks/textcraft_copy_probe.py --seconds 540 --renamed 0.5 --curriculum --lr 5e-4 --warmup 30
 """
@@ -85,6 +86,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--warmup", type=int, default=30, help="linear lr warm-up steps")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--induction-steps", type=int, default=0,
+                        help="first train this many steps on random sequences written twice "
+                             "(rllib_agentgym/algorithms/sft/induction.py)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/textcraft_copy_probe.json")
     args = parser.parse_args(argv)
@@ -94,6 +98,7 @@ def main(argv=None) -> dict:
 
     from envs.textcraft import tasks
     from rllib_agentgym.agent_model import AgentRecipe
+    from rllib_agentgym.algorithms.sft.induction import InductionConfig, train_induction
     from rllib_agentgym.core.embedded import embedded_model_path
 
     torch.manual_seed(args.seed)
@@ -101,10 +106,12 @@ def main(argv=None) -> dict:
     base = embedded_model_path(AgentRecipe().model)
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = Qwen2ForCausalLM.from_pretrained(base, torch_dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     train_ids, test_ids = tasks.split_ids("train"), tasks.split_ids("test")
 
+    induction = (train_induction(model, tokenizer, InductionConfig(steps=args.induction_steps, seed=args.seed))
+                 if args.induction_steps else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     started, steps, curve = time.perf_counter(), 0, []
     while time.perf_counter() - started < args.seconds:
         rows = [lookup_example(rng.choice(train_ids), rng.choice(DISTRACTOR_CHOICES) if args.curriculum else 10,
@@ -123,6 +130,7 @@ def main(argv=None) -> dict:
             curve.append({"step": steps, "seconds": round(time.perf_counter() - started), "loss": round(loss.item(), 4)})
             print(curve[-1], flush=True)
     return emit({"meta": meta(__file__, argv), **vars(args), "steps": steps, "curve": curve,
+                 "induction": induction,
                  "test_exact_match": exact_match(model, tokenizer, test_ids),
                  "train_exact_match_first_60": exact_match(model, tokenizer, train_ids[:60])}, args.out)
 

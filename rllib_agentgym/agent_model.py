@@ -11,7 +11,8 @@ often), which is what GRPO needs to improve on:
    tasks of TextCraft and BabyAI; their successful episodes become ReAct
    conversations (`rllib_agentgym.data.experts`);
 2. a fresh embedded model (a larger `EmbeddedModelConfig` than the test
-   model, same tokenizer corpus) is trained on them with the `AgentSFT`
+   model, same tokenizer corpus), first taught to copy by `induction_steps`
+   of induction pretraining when set, is trained on them with the `AgentSFT`
    trainable (the RL module, tokenization and loss masks of GRPO);
 3. the result is exported as a Hugging Face folder into the cache dir,
    keyed by a hash of the recipe (and of the tokenizer corpus), like the
@@ -51,6 +52,7 @@ class ExpertData:
     max_turns: int
     env_options: tuple[tuple[str, object], ...] = ()
     augmented_copies: int = 0
+    expert_options: tuple[tuple[str, object], ...] = ()  # the family ExpertAgent's options, e.g. thoughts
 
 
 def _agent_model_config() -> EmbeddedModelConfig:
@@ -75,6 +77,7 @@ class AgentRecipe:
     lr_final: float = 5e-5
     lr_warmup_iterations: int = 0  # linear warm-up from lr / 100 to `lr` first
     observation_loss_weight: float = 0.0  # AgentSFT's LM loss on observation tokens (0: responses only)
+    induction_steps: int = 0  # induction pretraining steps before AgentSFT (algorithms/sft/induction.py)
     max_model_len: int = 1536  # longer conversations are cut (their first turns still train)
     model_dtype: str = "bfloat16"  # mixed precision: ~2x faster on CPUs with AVX512-BF16 / AMX
     seed: int = 0
@@ -92,8 +95,8 @@ class AgentRecipe:
 
 # Options added after the first shipped recipe; at these values they change nothing, and they stay
 # out of the cache key, so adding an option does not invalidate models built before it.
-_NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0}
-_NEUTRAL_DATA = {"augmented_copies": 0}
+_NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0, "induction_steps": 0}
+_NEUTRAL_DATA = {"augmented_copies": 0, "expert_options": ()}
 
 
 def _key_fields(recipe: dict) -> dict:
@@ -200,7 +203,7 @@ def write_expert_data(recipe: AgentRecipe, folder: Path, log: Callable[[str], No
     paths = []
     for i, item in enumerate(recipe.data):
         rows = expert_conversations(item.env, "train", item.num, max_steps=item.max_turns,
-                                    env_options=dict(item.env_options))
+                                    env_options=dict(item.env_options), expert_options=dict(item.expert_options))
         rows = with_augmented_copies(rows, item.env, item.augmented_copies, seed=recipe.seed + i)
         path = folder / f"{i}-{family_name(item.env)}.jsonl"
         n = write_jsonl(path, rows)
@@ -244,6 +247,13 @@ def build_agent_model(path: Path, recipe: AgentRecipe | None = None, log: Callab
         t0 = time.perf_counter()
         data = write_expert_data(recipe, Path(tmp), log)
         log(f"expert data: {time.perf_counter() - t0:.0f} s")
+        if recipe.induction_steps:
+            from rllib_agentgym.algorithms.sft.induction import InductionConfig, pretrain_induction
+
+            stats = pretrain_induction(base, Path(tmp) / "induction-base",
+                                       InductionConfig(steps=recipe.induction_steps, seed=recipe.seed), log)
+            log(f"induction pretraining: {stats}")
+            base = Path(tmp) / "induction-base"
         algo = sft_config(recipe, data, str(base)).build_algo()
         try:
             t1 = time.perf_counter()

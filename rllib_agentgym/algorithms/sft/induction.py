@@ -1,0 +1,106 @@
+"""Induction pretraining: teach a fresh model to copy before it learns a task from few tokens.
+
+An agent reads its goal and the names in its observation and writes them back
+("My goal is to pick up the purple key", `craft 1 acacia button using 1 acacia
+planks`). A transformer copies with induction heads: find the earlier
+occurrence of the current token, emit the token that followed it. A model
+trained from scratch on a few million tokens of expert play does not form
+them (docs/learning.md, section 2) and falls back on the most frequent goal of
+its data. Random token sequences written twice give the copy skill all the
+gradient: the second copy is predictable by induction and by nothing else, so
+its loss falls from ln(V) to ~0 once the heads form (a few hundred short steps
+for the agent-size model, measured with benchmarks/textcraft_copy_probe.py).
+
+This is a plain torch loop on a Hugging Face causal LM folder: a data-free
+pretraining stage before AgentSFT, not RL; its output folder is AgentSFT's
+base model.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class InductionConfig:
+    steps: int = 300
+    batch_size: int = 32
+    length: int = 48  # tokens of each half
+    lr: float = 5e-4
+    warmup_steps: int = 30
+    seed: int = 0
+
+
+def induction_batch(batch_size: int, length: int, vocab_size: int, first_id: int, generator):
+    """Token ids and labels of `batch_size` random sequences x_1..x_L written twice.
+
+    ids = [x_1..x_L, x_1..x_L] with x_i ~ Uniform{first_id, ..., vocab_size - 1};
+    labels = -100 on the first half (no loss) and ids on the second, so the loss
+    is  -1/L * sum_{i=2..L} log p(x_i | x_1..x_L, x_1..x_{i-1})  (the causal shift
+    drops the second half's first token, which is unpredictable).
+    """
+    import torch
+
+    half = torch.randint(first_id, vocab_size, (batch_size, length), generator=generator)
+    ids = torch.cat([half, half], dim=1)
+    labels = ids.clone()
+    labels[:, :length] = -100
+    return ids, labels
+
+
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """Linear warm-up: lr_t = lr * min(1, (t + 1) / warmup_steps)."""
+    return min(1.0, (step + 1) / max(1, warmup_steps))
+
+
+def train_induction(model, tokenizer, config: InductionConfig = InductionConfig(),
+                    log: Callable[[str], None] = print) -> dict:
+    """Train a causal LM in place on `config.steps` induction batches (bf16 autocast, fp32 weights,
+    as AgentSFT trains). Returns {"steps", "seconds", "first_loss", "final_loss" (mean of the last 10)}."""
+    import torch
+
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_factor(s, config.warmup_steps))
+    first_id = max(tokenizer.all_special_ids) + 1  # no special tokens: they mean something to the chat format
+    started, losses = time.perf_counter(), []
+    for step in range(config.steps):
+        ids, labels = induction_batch(config.batch_size, config.length, len(tokenizer), first_id, generator)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        if (step + 1) % 50 == 0:
+            log(f"induction step {step + 1}/{config.steps}: loss {losses[-1]:.4f} "
+                f"(chance {math.log(len(tokenizer) - first_id):.2f}) {time.perf_counter() - started:.0f} s")
+    tail = losses[-10:]
+    return {"steps": config.steps, "seconds": round(time.perf_counter() - started, 1),
+            "first_loss": round(losses[0], 4), "final_loss": round(sum(tail) / len(tail), 4)}
+
+
+def pretrain_induction(base: Path, out: Path, config: InductionConfig = InductionConfig(),
+                       log: Callable[[str], None] = print) -> dict:
+    """`train_induction` on the model folder `base`; the result (with the base's tokenizer files) goes to `out`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32)
+    stats = train_induction(model, tokenizer, config, log)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    for file in Path(base).iterdir():  # tokenizer and generation config, as the base has them
+        if file.is_file() and not (out / file.name).exists():
+            shutil.copy2(file, out / file.name)
+    return stats
