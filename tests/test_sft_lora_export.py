@@ -107,6 +107,19 @@ def test_expert_options_reach_the_expert_and_unknown_ones_fail_clearly(tmp_path)
         experts_main(["--env", "agentgym/textcraft", "--out", str(out), "--expert-options", "[1]"])
 
 
+def test_babyai_quote_thoughts_repeat_the_goal_line_verbatim():
+    restate = next(expert_conversations("agentgym/babyai", "train", num=1))
+    quote = next(expert_conversations("agentgym/babyai", "train", num=1, expert_options={"thoughts": "quote"}))
+    goal = quote["messages"][1]["content"].splitlines()[0].removeprefix("Your goal: ")
+    assert restate["messages"][2]["content"].startswith(f"Thought: My goal is to {goal}.")
+    assert all(m["content"].startswith(f"Thought: My goal: {goal}.") for m in quote["messages"][2::2])
+    # Same expert play, only the words of the thoughts differ.
+    assert [m["content"].split("Action:")[1] for m in quote["messages"][2::2]] == \
+        [m["content"].split("Action:")[1] for m in restate["messages"][2::2]]
+    with pytest.raises(ValueError, match="thoughts must be one of"):
+        next(expert_conversations("agentgym/babyai", "train", num=1, expert_options={"thoughts": "plan"}))
+
+
 def test_sft_lowers_loss_and_grpo_warm_starts_from_its_checkpoint(ray_local, tmp_path, embedded_model):
     losses, ckpt = _sft(tmp_path)
     assert losses[-1] < losses[0]

@@ -66,10 +66,19 @@ class _GuardedStack(list):
         super().append(subgoal)
 
 
+# How each thought begins. "restate" words the goal as a sentence; "quote" repeats the observation's
+# "goal: ..." verbatim, so that the copy is a plain induction (find the earlier "goal:", copy what follows).
+THOUGHT_STYLES = {"restate": "My goal is to {goal}.", "quote": "My goal: {goal}."}
+
+
 class ExpertAgent:
     """Deterministic BabyAI expert; `env` must have just been reset to a task."""
 
-    def __init__(self, env: BabyAIEnv, *, time_budget_s: float = 10.0, max_pushes_per_act: int = 100):
+    def __init__(self, env: BabyAIEnv, *, time_budget_s: float = 10.0, max_pushes_per_act: int = 100,
+                 thoughts: str = "restate"):
+        if thoughts not in THOUGHT_STYLES:
+            raise ValueError(f"thoughts must be one of {list(THOUGHT_STYLES)}, not {thoughts!r}")
+        self._goal_text = THOUGHT_STYLES[thoughts]
         self._env = env
         self._bot = BabyAIBot(env.minigrid)
         self._bot.stack = _GuardedStack(self._bot.stack, self)
@@ -111,7 +120,7 @@ class ExpertAgent:
         env, stack = self._env, self._bot.stack
         available = set(env.available_actions())
         top = stack[-1] if stack else None
-        goal = f"My goal is to {env.goal}."
+        goal = self._goal_text.format(goal=env.goal)
 
         if primitive in (LEFT, RIGHT, FORWARD) and isinstance(top, GoNextToSubgoal):
             macro = self._macro(top, stack[-2] if len(stack) >= 2 else None, available)

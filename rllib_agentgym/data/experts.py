@@ -109,6 +109,12 @@ def check_expert_options(spec, expert_options: dict | None) -> None:
     unknown = sorted(set(expert_options) - set(known))
     if unknown:
         raise ValueError(f"the {spec.name} expert takes no option {unknown}; its options: {known or 'none'}")
+    # Checked here: the expert is built inside each episode's guard, where a bad value would only
+    # make every task "give up" and the output silently empty.
+    styles = getattr(inspect.getmodule(expert_cls), "THOUGHT_STYLES", None)
+    if "thoughts" in expert_options and styles is not None and expert_options["thoughts"] not in styles:
+        raise ValueError(f"the {spec.name} expert's thoughts must be one of {list(styles)}, "
+                         f"not {expert_options['thoughts']!r}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
