@@ -78,6 +78,7 @@ class AgentRecipe:
     lr_warmup_iterations: int = 0  # linear warm-up from lr / 100 to `lr` first
     observation_loss_weight: float = 0.0  # AgentSFT's LM loss on observation tokens (0: responses only)
     induction_steps: int = 0  # induction pretraining steps before AgentSFT (algorithms/sft/induction.py)
+    copy_conversations: int = 0  # random-text copy conversations mixed into the SFT data (same module)
     max_model_len: int = 1536  # longer conversations are cut (their first turns still train)
     model_dtype: str = "bfloat16"  # mixed precision: ~2x faster on CPUs with AVX512-BF16 / AMX
     seed: int = 0
@@ -95,7 +96,7 @@ class AgentRecipe:
 
 # Options added after the first shipped recipe; at these values they change nothing, and they stay
 # out of the cache key, so adding an option does not invalidate models built before it.
-_NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0, "induction_steps": 0}
+_NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0, "induction_steps": 0, "copy_conversations": 0}
 _NEUTRAL_DATA = {"augmented_copies": 0, "expert_options": ()}
 
 
@@ -209,6 +210,16 @@ def write_expert_data(recipe: AgentRecipe, folder: Path, log: Callable[[str], No
         n = write_jsonl(path, rows)
         copies = f", {item.augmented_copies} augmented copies each" if item.augmented_copies else ""
         log(f"{n} {family_name(item.env)} conversations (<= {item.max_turns} turns{copies}) -> {path}")
+        paths.append(str(path))
+    if recipe.copy_conversations:
+        from transformers import AutoTokenizer
+
+        from rllib_agentgym.algorithms.sft.induction import copy_conversations
+
+        tokenizer = AutoTokenizer.from_pretrained(embedded_model_path(recipe.model))
+        path = folder / "copy.jsonl"
+        n = write_jsonl(path, copy_conversations(tokenizer, recipe.copy_conversations, seed=recipe.seed))
+        log(f"{n} random-text copy conversations -> {path}")
         paths.append(str(path))
     return paths
 

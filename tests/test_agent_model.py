@@ -28,6 +28,8 @@ def test_later_recipe_options_key_the_cache_only_when_used():
     assert dataclasses.replace(recipe, observation_loss_weight=0.5).fingerprint() != recipe.fingerprint()
     assert dataclasses.replace(recipe, induction_steps=0).fingerprint() == recipe.fingerprint()
     assert dataclasses.replace(recipe, induction_steps=300).fingerprint() != recipe.fingerprint()
+    assert dataclasses.replace(recipe, copy_conversations=0).fingerprint() == recipe.fingerprint()
+    assert dataclasses.replace(recipe, copy_conversations=400).fingerprint() != recipe.fingerprint()
     quoted = (recipe.data[0], dataclasses.replace(recipe.data[1], expert_options=(("thoughts", "quote"),)))
     assert dataclasses.replace(recipe, data=quoted).fingerprint() != recipe.fingerprint()
     renamed = (dataclasses.replace(recipe.data[0], augmented_copies=1), *recipe.data[1:])

@@ -49,3 +49,18 @@ def test_pretrain_induction_writes_a_loadable_model_folder(embedded_model, tmp_p
     changed = [not torch.equal(a, b) for a, b in zip(model.parameters(), base.parameters())]
     assert any(changed)
     assert AutoTokenizer.from_pretrained(out).get_vocab() == AutoTokenizer.from_pretrained(embedded_model).get_vocab()
+
+
+def test_copy_conversations_answer_with_the_users_random_text(embedded_model):
+    from rllib_agentgym.algorithms.sft.induction import copy_conversations
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model)
+    rows = copy_conversations(tokenizer, 3, length=12, seed=5)
+    assert len(rows) == 3 and len({r["item_id"] for r in rows}) == 3
+    for row in rows:
+        user, assistant = row["messages"]
+        assert (user["role"], assistant["role"]) == ("user", "assistant")
+        assert user["content"] == assistant["content"] and user["content"]
+        assert not set(tokenizer(user["content"])["input_ids"]) & set(tokenizer.all_special_ids)
+    assert rows == copy_conversations(tokenizer, 3, length=12, seed=5)  # seeded
+    assert rows != copy_conversations(tokenizer, 3, length=12, seed=6)

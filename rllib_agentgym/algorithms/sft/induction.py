@@ -53,6 +53,27 @@ def induction_batch(batch_size: int, length: int, vocab_size: int, first_id: int
     return ids, labels
 
 
+def copy_conversations(tokenizer, num: int, length: int = 48, seed: int = 0) -> list[dict]:
+    """`num` chat conversations whose answer repeats the user's random text: induction in the SFT mix.
+
+    The text is `length` random non-special token ids decoded; SFT's loss on the
+    assistant turn is then a copy loss. Mixed into AgentSFT's data they keep the
+    heads that `pretrain_induction` formed: without them, SFT at the agent
+    recipe's lr overwrites them (docs/learning.md, section 2).
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    first_id = max(tokenizer.all_special_ids) + 1
+    rows = []
+    for i in range(num):
+        ids = torch.randint(first_id, len(tokenizer), (length,), generator=generator).tolist()
+        text = tokenizer.decode(ids).strip()
+        rows.append({"item_id": f"copy_{seed}_{i}", "messages": [{"role": "user", "content": text},
+                                                                 {"role": "assistant", "content": text}]})
+    return rows
+
+
 def warmup_factor(step: int, warmup_steps: int) -> float:
     """Linear warm-up: lr_t = lr * min(1, (t + 1) / warmup_steps)."""
     return min(1.0, (step + 1) / max(1, warmup_steps))
