@@ -103,6 +103,10 @@ _NEUTRAL_DATA = {"augmented_copies": 0, "expert_options": ()}
 def _key_fields(recipe: dict) -> dict:
     key = {k: v for k, v in recipe.items() if _NEUTRAL_RECIPE.get(k, object()) != v}
     key["data"] = [{k: v for k, v in d.items() if _NEUTRAL_DATA.get(k, object()) != v} for d in recipe["data"]]
+    if key.get("induction_steps"):  # the stage's fixed settings shape the model too
+        from rllib_agentgym.algorithms.sft.induction import InductionConfig
+
+        key["induction"] = asdict(InductionConfig())
     return key
 
 

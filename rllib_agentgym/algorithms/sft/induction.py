@@ -7,9 +7,11 @@ occurrence of the current token, emit the token that followed it. A model
 trained from scratch on a few million tokens of expert play does not form
 them (docs/learning.md, section 2) and falls back on the most frequent goal of
 its data. Random token sequences written twice give the copy skill all the
-gradient: the second copy is predictable by induction and by nothing else, so
-its loss falls from ln(V) to ~0 once the heads form (a few hundred short steps
-for the agent-size model, measured with benchmarks/textcraft_copy_probe.py).
+gradient: the second copy is predictable from the first and from nothing
+else. The half length varies from batch to batch (`draw_length`): with a fixed
+one the model learns "attend L - 1 positions back" instead, which copies
+nothing in the agent's data (measured with benchmarks/textcraft_copy_probe.py
+and docs/learning.md, section 2).
 
 This is a plain torch loop on a Hugging Face causal LM folder: a data-free
 pretraining stage before AgentSFT, not RL; its output folder is AgentSFT's
@@ -30,7 +32,8 @@ from typing import Callable
 class InductionConfig:
     steps: int = 300
     batch_size: int = 32
-    length: int = 48  # tokens of each half
+    length: int = 48  # tokens of each half: drawn per batch from [min_length, length] ...
+    min_length: int = 8  # ... so that no fixed offset solves the task (only matching content does)
     lr: float = 5e-4
     warmup_steps: int = 30
     seed: int = 0
@@ -57,9 +60,9 @@ def copy_conversations(tokenizer, num: int, length: int = 48, seed: int = 0) -> 
     """`num` chat conversations whose answer repeats the user's random text: induction in the SFT mix.
 
     The text is `length` random non-special token ids decoded; SFT's loss on the
-    assistant turn is then a copy loss. Mixed into AgentSFT's data they keep the
-    heads that `pretrain_induction` formed: without them, SFT at the agent
-    recipe's lr overwrites them (docs/learning.md, section 2).
+    assistant turn is then a copy loss, so mixed into AgentSFT's data they keep
+    training the copy skill during SFT (measured at two rows of eight per batch:
+    not enough to learn it there; docs/learning.md, section 2).
     """
     import torch
 
@@ -74,6 +77,20 @@ def copy_conversations(tokenizer, num: int, length: int = 48, seed: int = 0) -> 
     return rows
 
 
+def draw_length(config: InductionConfig, generator) -> int:
+    """A batch's half length L ~ Uniform{min_length, ..., length}.
+
+    With one fixed L, "attend to the token L - 1 positions back" solves the task
+    as well as induction does, and the model learns that positional shortcut:
+    measured, it then copies raw repeats (0.08 nats) but not a copy in chat
+    format (11 nats), where the offset differs. A varying L leaves only content
+    matching.
+    """
+    import torch
+
+    return int(torch.randint(min(config.min_length, config.length), config.length + 1, (1,), generator=generator))
+
+
 def warmup_factor(step: int, warmup_steps: int) -> float:
     """Linear warm-up: lr_t = lr * min(1, (t + 1) / warmup_steps)."""
     return min(1.0, (step + 1) / max(1, warmup_steps))
@@ -82,7 +99,8 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
 def train_induction(model, tokenizer, config: InductionConfig = InductionConfig(),
                     log: Callable[[str], None] = print) -> dict:
     """Train a causal LM in place on `config.steps` induction batches (bf16 autocast, fp32 weights,
-    as AgentSFT trains). Returns {"steps", "seconds", "first_loss", "final_loss" (mean of the last 10)}."""
+    as AgentSFT trains). Returns {"steps", "seconds", "first_loss", "final_loss" (mean of the last 10),
+    "curve" ([step, loss] every 50 steps)}."""
     import torch
 
     torch.manual_seed(config.seed)
@@ -91,9 +109,10 @@ def train_induction(model, tokenizer, config: InductionConfig = InductionConfig(
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_factor(s, config.warmup_steps))
     first_id = max(tokenizer.all_special_ids) + 1  # no special tokens: they mean something to the chat format
-    started, losses = time.perf_counter(), []
+    started, losses, curve = time.perf_counter(), [], []
     for step in range(config.steps):
-        ids, labels = induction_batch(config.batch_size, config.length, len(tokenizer), first_id, generator)
+        ids, labels = induction_batch(config.batch_size, draw_length(config, generator), len(tokenizer), first_id,
+                                      generator)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
@@ -103,11 +122,12 @@ def train_induction(model, tokenizer, config: InductionConfig = InductionConfig(
         optimizer.zero_grad()
         losses.append(loss.item())
         if (step + 1) % 50 == 0:
+            curve.append([step + 1, round(losses[-1], 4)])
             log(f"induction step {step + 1}/{config.steps}: loss {losses[-1]:.4f} "
                 f"(chance {math.log(len(tokenizer) - first_id):.2f}) {time.perf_counter() - started:.0f} s")
     tail = losses[-10:]
     return {"steps": config.steps, "seconds": round(time.perf_counter() - started, 1),
-            "first_loss": round(losses[0], 4), "final_loss": round(sum(tail) / len(tail), 4)}
+            "first_loss": round(losses[0], 4), "final_loss": round(sum(tail) / len(tail), 4), "curve": curve}
 
 
 def pretrain_induction(base: Path, out: Path, config: InductionConfig = InductionConfig(),
