@@ -98,7 +98,7 @@ def main(argv=None) -> dict:
 
     from envs.textcraft import tasks
     from rllib_agentgym.agent_model import AgentRecipe
-    from rllib_agentgym.algorithms.sft.induction import InductionConfig, train_induction
+    from rllib_agentgym.algorithms.sft.induction import InductionConfig, train_induction, warmup_factor
     from rllib_agentgym.core.embedded import embedded_model_path
 
     torch.manual_seed(args.seed)
@@ -111,7 +111,7 @@ def main(argv=None) -> dict:
     induction = (train_induction(model, tokenizer, InductionConfig(steps=args.induction_steps, seed=args.seed))
                  if args.induction_steps else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_factor(s, args.warmup))
     started, steps, curve = time.perf_counter(), 0, []
     while time.perf_counter() - started < args.seconds:
         rows = [lookup_example(rng.choice(train_ids), rng.choice(DISTRACTOR_CHOICES) if args.curriculum else 10,
