@@ -96,7 +96,8 @@ class AgentRecipe:
 
 # Options added after the first shipped recipe; at these values they change nothing, and they stay
 # out of the cache key, so adding an option does not invalidate models built before it.
-_NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0, "induction_steps": 0, "copy_conversations": 0}
+_NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0, "induction_steps": 0,
+                   "copy_conversations": 0}
 _NEUTRAL_DATA = {"augmented_copies": 0, "expert_options": ()}
 
 

@@ -39,6 +39,11 @@ class InductionConfig:
     seed: int = 0
 
 
+def first_plain_id(tokenizer) -> int:
+    """The lowest token id above every special token: random text never holds a chat-format marker."""
+    return max(tokenizer.all_special_ids) + 1
+
+
 def induction_batch(batch_size: int, length: int, vocab_size: int, first_id: int, generator):
     """Token ids and labels of `batch_size` random sequences x_1..x_L written twice.
 
@@ -67,7 +72,7 @@ def copy_conversations(tokenizer, num: int, length: int = 48, seed: int = 0) -> 
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    first_id = max(tokenizer.all_special_ids) + 1
+    first_id = first_plain_id(tokenizer)
     rows = []
     for i in range(num):
         ids = torch.randint(first_id, len(tokenizer), (length,), generator=generator).tolist()
@@ -108,7 +113,7 @@ def train_induction(model, tokenizer, config: InductionConfig = InductionConfig(
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_factor(s, config.warmup_steps))
-    first_id = max(tokenizer.all_special_ids) + 1  # no special tokens: they mean something to the chat format
+    first_id = first_plain_id(tokenizer)
     started, losses, curve = time.perf_counter(), [], []
     for step in range(config.steps):
         ids, labels = induction_batch(config.batch_size, draw_length(config, generator), len(tokenizer), first_id,
