@@ -78,3 +78,38 @@ def test_sorted_micro_batches_leave_loss_and_gradients_unchanged(embedded_model,
         torch.testing.assert_close(grad, order_grads[name], rtol=1e-4, atol=1e-6, msg=name)
     np.testing.assert_allclose(sorted_ref, order_ref, rtol=1e-5, atol=1e-6)
     assert np.abs(sorted_ref).sum() > 0
+
+
+def test_logprobs_at_masked_positions_only_match_the_full_forward(embedded_model):
+    """The LM head on the trained tokens only: the same log-probs, entropies and gradients there, 0 elsewhere."""
+    from rllib_agentgym.core.rl_module import load_causal_lm, predicting_positions, token_logprobs_and_entropy
+
+    llm = load_causal_lm(embedded_model)
+    torch.manual_seed(0)
+    ids = torch.randint(3, 1900, (2, 24))
+    attention = torch.ones_like(ids)
+    attention[1, 20:] = 0  # a padded row
+    tokens = torch.zeros_like(ids)
+    tokens[0, 10:16] = 1
+    tokens[1, 5:9] = 1
+    assert predicting_positions(tokens).tolist() == [4, 5, 6, 7, 9, 10, 11, 12, 13, 14]
+
+    def run(token_mask):
+        llm.zero_grad()
+        out = token_logprobs_and_entropy(llm, ids, attention, True, True, token_mask=token_mask)
+        loss = -(out["logprobs"] * tokens).sum() / tokens.sum() - 0.1 * (out["entropy"] * tokens).sum()
+        loss.backward()
+        return out, {n: p.grad.clone() for n, p in llm.named_parameters() if p.grad is not None}
+
+    full, full_grads = run(None)
+    kept, kept_grads = run(tokens)
+    selected = tokens.bool()
+    for key in ("logprobs", "entropy"):
+        torch.testing.assert_close(kept[key][selected], full[key][selected], rtol=1e-5, atol=1e-5)
+        assert not kept[key][~selected].any()  # elsewhere 0, whichever rows share the forward
+    assert kept_grads.keys() == full_grads.keys()
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(kept_grads[name], grad, rtol=1e-4, atol=1e-6)
+    # Nothing selected: every position, so a loss over no tokens still has a graph.
+    none = token_logprobs_and_entropy(llm, ids, attention, False, token_mask=torch.zeros_like(ids))
+    torch.testing.assert_close(none["logprobs"], full["logprobs"].detach())

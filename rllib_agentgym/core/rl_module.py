@@ -17,8 +17,13 @@ forward_train takes `input_ids` and `attention_mask` [B, T] and returns
 per-token `logprobs` [B, T] (logprobs[:, t] = log pi(x_t | x_<t); position 0
 has no prediction and is 0), `entropy` [B, T] if asked, and `values` [B, T]
 with a value head (values[:, t] = V(x_<t), the state token t is generated
-from). Weights travel in Hugging Face names; with LoRA only the adapter
-travels (the env runner merges it into its base weights).
+from). Where the batch holds the loss masks (`response_mask`, and
+`observation_mask` when SFT trains on observations), log-probs and entropies
+are computed only at the positions they select and are 0 elsewhere: the LM
+head and the log-softmax over the vocabulary then run on the trained tokens
+alone (about 1 token in 7 of an agent conversation). Weights travel in
+Hugging Face names; with LoRA only the adapter travels (the env runner merges
+it into its base weights).
 """
 
 from __future__ import annotations
@@ -49,23 +54,64 @@ def _shift(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x.new_zeros(x.shape[0], 1), x], dim=1)
 
 
+def predicting_positions(token_mask: torch.Tensor) -> torch.Tensor:
+    """Indices p of the positions whose logits predict a masked token: token t is predicted at p = t - 1.
+
+    `token_mask` [B, T] selects tokens (any row); returns the sorted p in 0..T-2, shared by the rows.
+    """
+    return token_mask[:, 1:].bool().any(dim=0).nonzero().squeeze(-1)
+
+
+def _scatter_positions(values: torch.Tensor, positions: torch.Tensor | None, token_mask: torch.Tensor | None):
+    """[B, K] values at `positions` -> [B, T - 1], kept where each row's own mask selects the predicted
+    token and 0 elsewhere, so the result does not depend on which rows share a micro-batch."""
+    if positions is None:
+        return values
+    full = values.new_zeros(values.shape[0], token_mask.shape[1] - 1).index_copy(1, positions, values)
+    return full * token_mask[:, 1:].to(full.dtype)
+
+
 def token_logprobs_and_entropy(
-    llm, input_ids, attention_mask, compute_entropy: bool = True, entropy_grad: bool = False, value_head=None
+    llm, input_ids, attention_mask, compute_entropy: bool = True, entropy_grad: bool = False, value_head=None,
+    token_mask: torch.Tensor | None = None,
 ) -> Dict[str, torch.Tensor]:
-    """Per-token log-probs (and entropies, values) of `input_ids` under `llm`."""
+    """Per-token log-probs (and entropies, values) of `input_ids` under `llm`.
+
+    With `token_mask` [B, T], log-probs and entropies are computed only for the
+    tokens it selects and are 0 elsewhere: the LM head runs only on the
+    positions that predict a selected token of some row (`logits_to_keep`).
+    """
+    positions = predicting_positions(token_mask) if token_mask is not None else None
+    if positions is not None and positions.numel() == 0:
+        positions = None  # nothing selected: keep the full graph, so a loss over no tokens still backpropagates
+    keep = {"logits_to_keep": positions} if positions is not None else {}
     out_llm = llm(
-        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=value_head is not None
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=value_head is not None,
+        **keep,
     )
-    logits = out_llm.logits[:, :-1].float()
-    out = {"logprobs": _shift(logprobs_from_logits(logits, input_ids[:, 1:]))}
+    if positions is None:
+        logits, labels = out_llm.logits[:, :-1].float(), input_ids[:, 1:]
+    else:
+        logits, labels = out_llm.logits.float(), input_ids[:, 1:].index_select(1, positions)
+    out = {"logprobs": _shift(_scatter_positions(logprobs_from_logits(logits, labels), positions, token_mask))}
     if compute_entropy:
         # A diagnostic unless an entropy bonus is trained (then it keeps its graph).
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            out["entropy"] = _shift(entropy_from_logits(logits))
+            out["entropy"] = _shift(_scatter_positions(entropy_from_logits(logits), positions, token_mask))
     if value_head is not None:
         hidden = out_llm.hidden_states[-1][:, :-1]
         out["values"] = _shift(value_head(hidden.to(value_head.weight.dtype)).squeeze(-1).float())
     return out
+
+
+def _trained_tokens(batch: Dict[str, Any]) -> torch.Tensor | None:
+    """The union of the batch's loss masks (None without a `response_mask`: every position)."""
+    if "response_mask" not in batch:
+        return None
+    mask = torch.as_tensor(batch["response_mask"]).bool()
+    if "observation_mask" in batch:
+        mask = mask | torch.as_tensor(batch["observation_mask"]).bool()
+    return mask
 
 
 class LLMRLModule(TorchRLModule, ValueFunctionAPI):
@@ -109,6 +155,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
                 self._compute_entropy,
                 self._entropy_grad,
                 self.value_head,
+                token_mask=_trained_tokens(batch),
             )
 
     def compute_values(self, batch: Dict[str, Any], embeddings=None) -> torch.Tensor:

@@ -127,7 +127,10 @@ class GRPOTorchLearner(TorchLearner):
             ids = torch.as_tensor(arrays["input_ids"][rows], device=self._device)
             mask = torch.as_tensor(arrays["attention_mask"][rows], device=self._device)
             width = int(mask.sum(dim=1).max().item())
-            res = token_logprobs_and_entropy(model, ids[:, :width], mask[:, :width], False, False, value_head)
+            # Log-probs where the loss reads them (pi_old, pi_ref): the response tokens.
+            tokens = torch.as_tensor(arrays["response_mask"][rows], device=self._device)[:, :width]
+            res = token_logprobs_and_entropy(model, ids[:, :width], mask[:, :width], False, False, value_head,
+                                             token_mask=tokens)
             for key in out:
                 out[key][rows, :width] = res[key].float().cpu().numpy()
         return out
