@@ -77,3 +77,22 @@ def test_scaling_inter_ablation_resume_keeps_runs_of_the_same_config_only(tmp_pa
         resumable_runs(str(path), earlier["config_file"], 30, {}, arm_overrides)
     with pytest.raises(SystemExit, match="not one of this ablation's arms"):
         resumable_runs(str(path), earlier["config_file"], 10, {}, arms(4, 15, 10))
+
+
+def test_teacher_forced_errors_finds_responses_and_actions():
+    from transformers import AutoTokenizer
+
+    from benchmarks.teacher_forced_errors import action_start, response_spans
+    from rllib_agentgym.core.embedded import embedded_model_path
+
+    assert response_spans([0, 1, 1, 0, 0, 1, 0, 1]) == [(1, 3), (5, 6), (7, 8)]
+    assert response_spans([]) == [] and response_spans([0, 0]) == []
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_path())
+    prompt = tokenizer("Goal: craft bricks.\n")["input_ids"]
+    response = tokenizer("Thought: I craft the goal.\nAction: craft 1 bricks using 4 brick")["input_ids"]
+    ids = prompt + response
+    span = (len(prompt), len(ids))
+    start = action_start(tokenizer, ids, span)
+    assert tokenizer.decode(ids[span[0]:start]).endswith("Action:")
+    assert tokenizer.decode(ids[start:]).strip() == "craft 1 bricks using 4 brick"
+    assert action_start(tokenizer, ids, (0, len(prompt))) is None
