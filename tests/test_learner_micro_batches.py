@@ -110,6 +110,9 @@ def test_logprobs_at_masked_positions_only_match_the_full_forward(embedded_model
     assert kept_grads.keys() == full_grads.keys()
     for name, grad in full_grads.items():
         torch.testing.assert_close(kept_grads[name], grad, rtol=1e-4, atol=1e-6)
+    # A weighted float mask selects the same tokens and does not scale their log-probs.
+    weighted = token_logprobs_and_entropy(llm, ids, attention, False, token_mask=0.5 * tokens.float())
+    torch.testing.assert_close(weighted["logprobs"], kept["logprobs"].detach())
     # Nothing selected: every position, so a loss over no tokens still has a graph.
     none = token_logprobs_and_entropy(llm, ids, attention, False, token_mask=torch.zeros_like(ids))
     torch.testing.assert_close(none["logprobs"], full["logprobs"].detach())

@@ -81,6 +81,8 @@ def token_logprobs_and_entropy(
     tokens it selects and are 0 elsewhere: the LM head runs only on the
     positions that predict a selected token of some row (`logits_to_keep`).
     """
+    if token_mask is not None:
+        token_mask = token_mask.bool()  # a selection: a weighted loss mask must not scale the log-probs
     positions = predicting_positions(token_mask) if token_mask is not None else None
     if positions is not None and positions.numel() == 0:
         positions = None  # nothing selected: keep the full graph, so a loss over no tokens still backpropagates
