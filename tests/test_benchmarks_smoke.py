@@ -96,3 +96,22 @@ def test_teacher_forced_errors_finds_responses_and_actions():
     assert tokenizer.decode(ids[span[0]:start]).endswith("Action:")
     assert tokenizer.decode(ids[start:]).strip() == "craft 1 bricks using 4 brick"
     assert action_start(tokenizer, ids, (0, len(prompt))) is None
+
+
+def test_sft_step_cost_batches_and_times_a_step(embedded_model):
+    import torch
+
+    from benchmarks.sft_step_cost import padded_batch, step_seconds
+    from rllib_agentgym.core.rl_module import load_causal_lm
+
+    examples = [([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], [0] * 5), ([5, 6, 7], [0, 1, 1], [0] * 3)]
+    batch = padded_batch(examples, pad_id=0)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert batch["response_mask"].tolist() == [[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]]
+    llm = load_causal_lm(embedded_model)
+    for micro in (1, 2):
+        for trained_only in (False, True):
+            assert step_seconds(llm, batch, micro, trained_only) > 0
+            assert all(p.grad is None for p in llm.parameters())  # each step leaves no gradient behind
+    assert torch.is_grad_enabled()
