@@ -26,7 +26,9 @@ The JVM starts at the first reset and is reused by later resets (each loads
 a new task variation into it); close() stops it. The engine carries some
 state across loads in one JVM: the order in which it lists objects, and
 through it the heat-transfer simulation (the same task replayed in one JVM
-can read 56 then 52 degrees). Scores and gold paths do not change.
+can read 56 then 52 degrees). Scores do not change. Gold paths do only
+where the task accepts any of several objects: find-non-living-thing's
+focuses on a chair in one JVM and on a cloth sittable in another.
 """
 
 from __future__ import annotations
