@@ -11,7 +11,7 @@ prompt and a one-line answer: a lower bound on what the agent recipe needs.
 Options mirror what docs/learning.md section 2 compares: `--renamed` (share of
 examples with items renamed, envs/textcraft/augment.py), `--curriculum` (each
 example's number of distractor commands drawn from 0..10 instead of always
-10), `--lr` and `--warmup` steps, and `--induction-steps` of induction
+10), `--lr` and `--warmup` steps, `--model` (another model size), and `--induction-steps` of induction
 pretraining first (not counted in `--seconds`).
 
     python benchmarks/textcraft_copy_probe.py --seconds 540 --renamed 0.5 --curriculum --lr 5e-4 --warmup 30
@@ -20,6 +20,8 @@ pretraining first (not counted in `--seconds`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import random
 import sys
 import time
@@ -89,6 +91,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--induction-steps", type=int, default=0,
                         help="first train this many steps on random sequences written twice "
                              "(rllib_agentgym/algorithms/sft/induction.py)")
+    parser.add_argument("--model", default="{}",
+                        help="JSON overrides of the agent recipe's model size (EmbeddedModelConfig fields), "
+                             "e.g. '{\"num_hidden_layers\": 4, \"hidden_size\": 256}'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/textcraft_copy_probe.json")
     args = parser.parse_args(argv)
@@ -103,9 +108,10 @@ def main(argv=None) -> dict:
 
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    base = embedded_model_path(AgentRecipe().model)
+    base = embedded_model_path(dataclasses.replace(AgentRecipe().model, **json.loads(args.model)))
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = Qwen2ForCausalLM.from_pretrained(base, torch_dtype=torch.float32)
+    parameters = sum(p.numel() for p in model.parameters())
     train_ids, test_ids = tasks.split_ids("train"), tasks.split_ids("test")
 
     induction = (train_induction(model, tokenizer, InductionConfig(steps=args.induction_steps, seed=args.seed))
@@ -129,7 +135,7 @@ def main(argv=None) -> dict:
         if steps % 50 == 0:
             curve.append({"step": steps, "seconds": round(time.perf_counter() - started), "loss": round(loss.item(), 4)})
             print(curve[-1], flush=True)
-    return emit({"meta": meta(__file__, argv), **vars(args), "steps": steps, "curve": curve,
+    return emit({"meta": meta(__file__, argv), **vars(args), "parameters": parameters, "steps": steps, "curve": curve,
                  "induction": induction,
                  "test_exact_match": exact_match(model, tokenizer, test_ids),
                  "train_exact_match_first_60": exact_match(model, tokenizer, train_ids[:60])}, args.out)

@@ -5,6 +5,7 @@
     python scripts/build_agent_model.py --report-dir docs/results/agent
     python scripts/build_agent_model.py --no-eval --ship       # + rllib_agentgym/assets/embedded-agent.tar.xz
     python scripts/build_agent_model.py --recipe '{"observation_loss_weight": 0.5}'   # a variant, cached by its own key
+    python scripts/build_agent_model.py --recipe '{"model": {"num_hidden_layers": 4, "hidden_size": 256}}'  # a model size
 
 Building: expert conversations of the TextCraft and BabyAI train splits, then
 AgentSFT on a fresh embedded Qwen2 (see rllib_agentgym/agent_model.py); the
@@ -68,11 +69,19 @@ def recipe_from_json(text: str | None):
     from rllib_agentgym.agent_model import AgentRecipe
     from rllib_agentgym.experiments import parse_json_arg
 
+    from rllib_agentgym.core.embedded import EmbeddedModelConfig
+
     changes = parse_json_arg("--recipe", text)
-    known = {f.name for f in dataclasses.fields(AgentRecipe)} - {"model", "data"}
+    known = {f.name for f in dataclasses.fields(AgentRecipe)} - {"data"}
     unknown = sorted(set(changes) - known)
     if unknown:
         raise SystemExit(f"--recipe: unknown fields {unknown}; known: {sorted(known)}")
+    if "model" in changes:  # a dict of model-size fields changed on the recipe's model
+        sizes = changes["model"]
+        fields = {f.name for f in dataclasses.fields(EmbeddedModelConfig)}
+        if not isinstance(sizes, dict) or set(sizes) - fields:
+            raise SystemExit(f"--recipe: `model` takes a dict of {sorted(fields)}, got {sizes!r}")
+        changes["model"] = dataclasses.replace(AgentRecipe().model, **sizes)
     return dataclasses.replace(AgentRecipe(), **changes)
 
 

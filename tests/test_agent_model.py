@@ -45,6 +45,12 @@ def test_build_script_recipe_variants_change_known_fields_only():
     assert variant.data == AgentRecipe().data
     with pytest.raises(SystemExit, match="unknown fields"):
         recipe_from_json('{"layers": 2}')
+    smaller = recipe_from_json('{"model": {"num_hidden_layers": 4, "hidden_size": 256}}')
+    assert (smaller.model.num_hidden_layers, smaller.model.hidden_size) == (4, 256)
+    assert smaller.model.vocab_size == AgentRecipe().model.vocab_size
+    assert smaller.fingerprint() != AgentRecipe().fingerprint()
+    with pytest.raises(SystemExit, match="`model` takes a dict"):
+        recipe_from_json('{"model": {"depth": 4}}')
 
 
 def test_lr_schedule_warms_up_then_decays():
