@@ -67,7 +67,7 @@ class AgentRecipe:
 
     model: EmbeddedModelConfig = field(default_factory=_agent_model_config)
     data: tuple[ExpertData, ...] = (
-        ExpertData("agentgym/textcraft", 800, 15),
+        ExpertData("agentgym/textcraft", 800, 15),  # the train split has 499 tasks: all of them
         ExpertData("agentgym/babyai", 600, 12),
     )
     iterations: int = 420
