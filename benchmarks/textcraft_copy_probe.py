@@ -11,8 +11,8 @@ prompt and a one-line answer: a lower bound on what the agent recipe needs.
 Options mirror what docs/learning.md section 2 compares: `--renamed` (share of
 examples with items renamed, envs/textcraft/augment.py), `--curriculum` (each
 example's number of distractor commands drawn from 0..10 instead of always
-10), `--lr` and `--warmup` steps, `--model` (another model size), and `--induction-steps` of induction
-pretraining first (not counted in `--seconds`).
+10), `--lr` and `--warmup` steps, `--model` (another model size), and
+`--induction-steps` of induction pretraining first (not counted in `--seconds`).
 
     python benchmarks/textcraft_copy_probe.py --seconds 540 --renamed 0.5 --curriculum --lr 5e-4 --warmup 30
 """
@@ -93,7 +93,8 @@ def main(argv=None) -> dict:
                              "(rllib_agentgym/algorithms/sft/induction.py)")
     parser.add_argument("--model", default="{}",
                         help="JSON overrides of the agent recipe's model size (EmbeddedModelConfig fields), "
-                             "e.g. '{\"num_hidden_layers\": 4, \"hidden_size\": 256}'")
+                             "e.g. '{\"num_hidden_layers\": 4, \"hidden_size\": 256, \"intermediate_size\": 688, "
+                             "\"num_attention_heads\": 4}'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/textcraft_copy_probe.json")
     args = parser.parse_args(argv)

@@ -5,7 +5,9 @@
     python scripts/build_agent_model.py --report-dir docs/results/agent
     python scripts/build_agent_model.py --no-eval --ship       # + rllib_agentgym/assets/embedded-agent.tar.xz
     python scripts/build_agent_model.py --recipe '{"observation_loss_weight": 0.5}'   # a variant, cached by its own key
-    python scripts/build_agent_model.py --recipe '{"model": {"num_hidden_layers": 4, "hidden_size": 256}}'  # a model size
+    python scripts/build_agent_model.py --recipe '{"model": {"num_hidden_layers": 4, "hidden_size": 256,
+        "intermediate_size": 688, "num_attention_heads": 4}, "micro_batch_size": 1, "batch_size": 4,
+        "iterations": 1600, "lr_warmup_iterations": 60}'      # the best variant measured (docs/learning.md)
 
 Building: expert conversations of the TextCraft and BabyAI train splits, then
 AgentSFT on a fresh embedded Qwen2 (see rllib_agentgym/agent_model.py); the
@@ -67,9 +69,8 @@ def recipe_from_json(text: str | None):
     import dataclasses
 
     from rllib_agentgym.agent_model import AgentRecipe
-    from rllib_agentgym.experiments import parse_json_arg
-
     from rllib_agentgym.core.embedded import EmbeddedModelConfig
+    from rllib_agentgym.experiments import parse_json_arg
 
     changes = parse_json_arg("--recipe", text)
     known = {f.name for f in dataclasses.fields(AgentRecipe)} - {"data"}
