@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rllib_agentgym.agent_model import (SHIPPED_ARCHIVE, AgentRecipe, agent_model_path, lr_schedule,
+from rllib_agentgym.agent_model import (SHIPPED_ARCHIVE, AgentRecipe, _key_fields, agent_model_path, lr_schedule,
                                         shipped_fingerprint)
-from rllib_agentgym.core.embedded import resolve_model_path
+from rllib_agentgym.core.embedded import EmbeddedModelConfig, resolve_model_path
 
 
 def test_shipped_agent_is_from_the_current_recipe_and_small():
@@ -22,8 +22,15 @@ def test_shipped_agent_is_from_the_current_recipe_and_small():
 
 
 def test_later_recipe_options_key_the_cache_only_when_used():
+    # Models built before an option existed keep their cache key: at its neutral value the option is
+    # left out of the key (the first shipped recipe had no warm-up).
+    first_shipped = AgentRecipe(model=EmbeddedModelConfig(hidden_size=384, intermediate_size=1024, num_hidden_layers=6,
+                                                           num_attention_heads=6, num_key_value_heads=2),
+                                iterations=420, batch_size=8, micro_batch_size=2, lr_warmup_iterations=0)
+    assert "lr_warmup_iterations" not in _key_fields(dataclasses.asdict(first_shipped))
     recipe = AgentRecipe()
-    assert dataclasses.replace(recipe, lr_warmup_iterations=0).fingerprint() == recipe.fingerprint()
+    assert recipe.lr_warmup_iterations and "lr_warmup_iterations" in _key_fields(dataclasses.asdict(recipe))
+    assert dataclasses.replace(recipe, lr_warmup_iterations=0).fingerprint() != recipe.fingerprint()
     assert dataclasses.replace(recipe, lr_warmup_iterations=30).fingerprint() != recipe.fingerprint()
     assert dataclasses.replace(recipe, observation_loss_weight=0.5).fingerprint() != recipe.fingerprint()
     assert dataclasses.replace(recipe, induction_steps=0).fingerprint() == recipe.fingerprint()
@@ -45,10 +52,10 @@ def test_build_script_recipe_variants_change_known_fields_only():
     assert variant.data == AgentRecipe().data
     with pytest.raises(SystemExit, match="unknown fields"):
         recipe_from_json('{"layers": 2}')
-    smaller = recipe_from_json('{"model": {"num_hidden_layers": 4, "hidden_size": 256}}')
-    assert (smaller.model.num_hidden_layers, smaller.model.hidden_size) == (4, 256)
-    assert smaller.model.vocab_size == AgentRecipe().model.vocab_size
-    assert smaller.fingerprint() != AgentRecipe().fingerprint()
+    larger = recipe_from_json('{"model": {"num_hidden_layers": 6, "hidden_size": 384}}')
+    assert (larger.model.num_hidden_layers, larger.model.hidden_size) == (6, 384)
+    assert larger.model.vocab_size == AgentRecipe().model.vocab_size
+    assert larger.fingerprint() != AgentRecipe().fingerprint()
     with pytest.raises(SystemExit, match="`model` takes a dict"):
         recipe_from_json('{"model": {"depth": 4}}')
 

@@ -19,7 +19,7 @@ Two thought styles (`ExpertAgent(env, thoughts=...)`):
   plan after get 4 oak log; craft 16 oak planks using 4 oak log"). Every
   token of the plan is one short lookup in the task text or in the plan
   itself (copying) instead of the multi-hop search a "steps" first turn hides
-  in one token. It needs a model that copies from its context: the 11M
+  in one token. It needs a model that copies from its context: the first (11M)
   embedded agent trained on it did worse than on "steps" (docs/learning.md).
 """
 
