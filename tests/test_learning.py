@@ -133,7 +133,7 @@ def test_multi_turn_update_moves_each_trajectory_with_its_advantage():
 
 @pytest.mark.slow
 def test_grpo_raises_success_on_the_babyai_tasks_it_trains_on(ray_local):
-    """The direction of learning on a real env, with a small budget (about 6 minutes on
+    """The direction of learning on a real env, with a small budget (about 5 minutes on
     2 cores): the BabyAI tuned example (embedded agent, vLLM) trained for 5 iterations on a
     pool of 8 train tasks where the warm start sometimes succeeds raises its sampled success
     on those tasks. Success is measured on the same episode seeds before and after (a paired
@@ -145,9 +145,10 @@ def test_grpo_raises_success_on_the_babyai_tasks_it_trains_on(ray_local):
     from rllib_agentgym.envs.registry import get_spec
 
     tuned = Path(__file__).resolve().parents[1] / "tuned_examples" / "babyai_warmstart_cpu.yaml"
-    # Plain GRPO (the run measured in docs/learning.md), not the example's drift guards.
+    # Plain GRPO (the run measured in docs/learning.md), not the example's drift guards; lr 1e-4:
+    # the 4.0M agent gains +0.17 with it, +0.06 at the 5e-5 that sufficed for the first (11M) one.
     overrides = {"evaluation_interval": None, "log_trajectories": 0, "scaling_inter": None, "max_turns": 12,
-                 "lr": 5e-5, "tasks_per_iteration": 8, "group_size": 8, "minibatch_size": 64,
+                 "lr": 1e-4, "tasks_per_iteration": 8, "group_size": 8, "minibatch_size": 64,
                  "positive_advantage_weight": 1.0, "invalid_action_penalty": 0.0}
     algo = GRPOConfig().update_from_dict(experiment_config(tuned, overrides)).build_algo()
     runner = algo.env_runner_group.local_env_runner
@@ -173,5 +174,6 @@ def test_grpo_raises_success_on_the_babyai_tasks_it_trains_on(ray_local):
     finally:
         algo.stop()
     rate_before, rate_after = (sum(c.values()) / (16 * len(pool)) for c in (before, after))
+    print("successes of 16 per task, before -> after:", before, after)
     assert rate_after >= rate_before + 0.1, (before, after)
     assert sum(after[i] > before[i] for i in pool) >= 5, (before, after)
