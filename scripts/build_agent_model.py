@@ -5,9 +5,9 @@
     python scripts/build_agent_model.py --report-dir docs/results/agent
     python scripts/build_agent_model.py --no-eval --ship       # + rllib_agentgym/assets/embedded-agent.tar.xz
     python scripts/build_agent_model.py --recipe '{"observation_loss_weight": 0.5}'   # a variant, cached by its own key
-    python scripts/build_agent_model.py --recipe '{"model": {"num_hidden_layers": 4, "hidden_size": 256,
-        "intermediate_size": 688, "num_attention_heads": 4}, "micro_batch_size": 1, "batch_size": 4,
-        "iterations": 1600, "lr_warmup_iterations": 60}'      # the best variant measured (docs/learning.md)
+    python scripts/build_agent_model.py --recipe '{"model": {"num_hidden_layers": 6, "hidden_size": 384,
+        "intermediate_size": 1024, "num_attention_heads": 6}, "micro_batch_size": 2, "batch_size": 8,
+        "iterations": 420, "lr_warmup_iterations": 0}'        # the first shipped agent (docs/learning.md)
 
 Building: expert conversations of the TextCraft and BabyAI train splits, then
 AgentSFT on a fresh embedded Qwen2 (see rllib_agentgym/agent_model.py); the
