@@ -111,12 +111,16 @@ def plot_curves(series: Mapping[str, Sequence[Mapping[str, Any]]], out: str, tit
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    top = 0.0
     for colour, (label, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], series.items()):
         iters = [p["iteration"] for p in runs[0]["eval"]]
         values = np.array([[p["success_rate"] for p in r["eval"]] for r in runs]) * 100
         for row in values:
             ax.plot(iters, row, color=colour, alpha=0.3, linewidth=1)
         ax.plot(iters, values.mean(axis=0), color=colour, linewidth=2.5, marker="o", label=f"{label} (mean of {len(runs)})")
+        top = max(top, float(values.max()))
+    # From zero: a one-task change on a few dozen tasks must look its size.
+    ax.set_ylim(0, max(5.0, top * 1.2))
     ax.set_xlabel("GRPO iteration")
     ax.set_ylabel("test-split success, greedy (%)")
     ax.set_title(title)
