@@ -13,6 +13,9 @@ evaluation horizon) before training (iteration 0: the warm start) and every
 success, the CPU seconds and wall time of every run, and the summary the
 docs quote: final minus warm-start success, mean and spread (sample std)
 over seeds. `--plot` draws the curves (one line per seed, the mean bold).
+`--sampled-k K` adds Avg@K at the training temperature on the same test tasks
+before and after training, with the same episode and generation seeds both
+times (a paired comparison over K times the episodes of the greedy pass).
 
 On a CPU shared with other work, wall time stretches with the load; CPU
 seconds (this process and its env-server children) count the work itself.
@@ -27,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/learning_curves.py`
 
@@ -46,17 +49,52 @@ def experiment_config(config_file: str | os.PathLike, overrides: Mapping[str, An
     return dict(spec["config"])
 
 
-def _eval_success(algo) -> dict[str, Any]:
+def greedy_success(algo) -> dict[str, Any]:
+    """Greedy success on the evaluation split, overall and per category (the Algorithm's own evaluation)."""
     result = algo.evaluate()["env_runners"]
     return {"success_rate": float(result["success_rate"]),
             "by_category": {k: float(v) for k, v in dict(result.get("success_rate_by_category") or {}).items()}}
 
 
-def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print,
-              checkpoint_dir: str | None = None) -> dict[str, Any]:
-    """Train one GRPO run in-process; success on the evaluation split at 0, eval_every, ..., iterations.
+# Far from the training calls' indices, so the sampled evaluation never replays a training draw.
+SAMPLED_EVAL_CALL_INDEX = 10**7
 
-    With `checkpoint_dir`, the final Algorithm is saved there (for `rllib evaluate`)."""
+
+def sampled_success(algo, k: int, task_ids: Sequence[int] | None = None) -> dict[str, Any]:
+    """Avg@k at the training temperature on `task_ids` (default: the evaluation tasks), at
+    the evaluation horizon.
+
+    The episode seeds and generation seeds are a function of (run seed, call index), and the
+    call index is fixed, so two calls in one run play the same episodes with the same random
+    numbers: a paired before/after comparison. Greedy success on a few dozen tasks moves only
+    when an argmax flips; this counts k times the episodes, of the policy GRPO trains."""
+    from rllib_agentgym.evaluation import evaluation_task_ids, select_tasks
+
+    if task_ids is None:
+        task_ids = select_tasks(evaluation_task_ids(algo.config), algo.config.evaluation_num_tasks)
+    task_ids = list(task_ids)
+    runner = algo.env_runner_group.local_env_runner
+    previous = runner.get_max_turns()
+    runner.set_max_turns(int(algo.evaluation_config.max_turns))
+    try:
+        result = runner.sample(task_ids=task_ids, group_size=k, explore=True, call_index=SAMPLED_EVAL_CALL_INDEX)
+    finally:
+        runner.set_max_turns(previous)
+    counts = dict.fromkeys(task_ids, 0)
+    for t in result.trajectories:
+        counts[t.data_idx] += int(t.success)
+    return {"k": k, "success_rate": sum(counts.values()) / (k * len(task_ids)), "num_dropped": result.num_dropped,
+            "successes_by_task": {str(i): c for i, c in counts.items()}}
+
+
+def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print,
+              checkpoint_dir: str | None = None, sampled_k: int = 0,
+              evaluate: Callable[[Any], dict[str, Any]] = greedy_success) -> dict[str, Any]:
+    """Train one GRPO run in-process; `evaluate(algo)` (default: greedy success on the
+    evaluation split) at 0, eval_every, ..., iterations.
+
+    With `checkpoint_dir`, the final Algorithm is saved there (for `rllib evaluate`). With
+    `sampled_k`, also Avg@k sampled success on the evaluation tasks before and after training."""
     from rllib_agentgym.algorithms.grpo.grpo import GRPO
 
     cfg = GRPO.get_default_config().update_from_dict(dict(config))
@@ -66,9 +104,13 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
     algo = cfg.build_algo()
     curve: list[dict[str, Any]] = []
     train: list[dict[str, Any]] = []
+    sampled: list[dict[str, Any]] = []
     try:
-        curve.append({"iteration": 0, **_eval_success(algo)})
-        log(f"  iteration 0 (warm start): test success {curve[-1]['success_rate']:.3f}")
+        curve.append({"iteration": 0, **evaluate(algo)})
+        log(f"  iteration 0 (warm start): evaluation success {curve[-1]['success_rate']:.3f}")
+        if sampled_k:
+            sampled.append({"iteration": 0, **sampled_success(algo, sampled_k)})
+            log(f"  iteration 0 (warm start): sampled test Avg@{sampled_k} {sampled[-1]['success_rate']:.3f}")
         for i in range(1, iterations + 1):
             result = algo.train()
             runners = result["env_runners"]
@@ -78,15 +120,19 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
                           **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss") if k in learner}})
             log(f"    iteration {i}: " + ", ".join(f"{k} {v:.3g}" for k, v in train[-1].items() if k != "iteration"))
             if i % eval_every == 0 or i == iterations:
-                curve.append({"iteration": i, **_eval_success(algo)})
+                curve.append({"iteration": i, **evaluate(algo)})
                 log(f"  iteration {i}: train success {train[-1]['success_rate']:.3f} (horizon "
-                    f"{train[-1]['horizon']}), test success {curve[-1]['success_rate']:.3f}, "
+                    f"{train[-1]['horizon']}), evaluation success {curve[-1]['success_rate']:.3f}, "
                     f"{cpu_seconds() - c0:.0f} cpu-s, {time.perf_counter() - t0:.0f} s")
+        if sampled_k:
+            sampled.append({"iteration": iterations, **sampled_success(algo, sampled_k)})
+            log(f"  iteration {iterations}: sampled test Avg@{sampled_k} {sampled[-1]['success_rate']:.3f}")
         if checkpoint_dir:
             algo.save_to_path(checkpoint_dir)
     finally:
         algo.stop()
-    return {"eval": curve, "train": train, "cpu_s": cpu_seconds() - c0, "wall_s": time.perf_counter() - t0}
+    run = {"eval": curve, "train": train, "cpu_s": cpu_seconds() - c0, "wall_s": time.perf_counter() - t0}
+    return {**run, "sampled_eval": sampled} if sampled_k else run
 
 
 def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -98,11 +144,18 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     def stats(xs: list[float]) -> dict[str, Any]:
         return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0, "values": xs}
 
-    return {"warm_start": stats(start), "final": stats(final), "gain": stats(gain),
-            "best": stats([max(p["success_rate"] for p in r["eval"]) for r in runs])}
+    summary = {"warm_start": stats(start), "final": stats(final), "gain": stats(gain),
+               "best": stats([max(p["success_rate"] for p in r["eval"]) for r in runs])}
+    if all(r.get("sampled_eval") for r in runs):
+        before = [r["sampled_eval"][0]["success_rate"] for r in runs]
+        after = [r["sampled_eval"][-1]["success_rate"] for r in runs]
+        summary["sampled"] = {"warm_start": stats(before), "final": stats(after),
+                              "gain": stats([a - b for b, a in zip(before, after)])}
+    return summary
 
 
-def plot_curves(series: Mapping[str, Sequence[Mapping[str, Any]]], out: str, title: str) -> None:
+def plot_curves(series: Mapping[str, Sequence[Mapping[str, Any]]], out: str, title: str,
+                ylabel: str = "test-split success, greedy (%)") -> None:
     """One colour per series (e.g. a horizon schedule); thin lines per seed, the mean bold."""
     import matplotlib
 
@@ -122,7 +175,7 @@ def plot_curves(series: Mapping[str, Sequence[Mapping[str, Any]]], out: str, tit
     # From zero: a one-task change on a few dozen tasks must look its size.
     ax.set_ylim(0, max(5.0, top * 1.2))
     ax.set_xlabel("GRPO iteration")
-    ax.set_ylabel("test-split success, greedy (%)")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -152,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None)
     parser.add_argument("--checkpoints", default=None, help="save each seed's final Algorithm under DIR/seed<k>")
+    parser.add_argument("--sampled-k", type=int, default=0,
+                        help="also Avg@K sampled success on the test tasks before and after training (paired seeds)")
     args = parser.parse_args(argv)
     quiet_logs()
     threads = limit_cpu_threads(args.threads)
@@ -167,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         checkpoint = str(Path(args.checkpoints).resolve() / f"seed{seed}") if args.checkpoints else None
         runs.append({"seed": seed, **run_curve(config, args.iterations, args.eval_every,
                                                log=lambda m: print(m, file=sys.stderr, flush=True),
-                                               checkpoint_dir=checkpoint)})
+                                               checkpoint_dir=checkpoint, sampled_k=args.sampled_k)})
     result = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
               "overrides": overrides, "iterations": args.iterations, "runs": runs, "summary": summarize(runs)}
     if args.plot:

@@ -79,6 +79,35 @@ def test_scaling_inter_ablation_resume_keeps_runs_of_the_same_config_only(tmp_pa
         resumable_runs(str(path), earlier["config_file"], 10, {}, arms(4, 15, 10))
 
 
+def test_scaling_inter_training_pool_spreads_over_the_training_categories():
+    from benchmarks.scaling_inter_ablation import training_pool
+    from rllib_agentgym.envs.registry import get_spec
+
+    config = {"env": "agentgym/babyai", "env_config": {"split": "train", "categories": ["GoTo", "Open"]}}
+    spec = get_spec("agentgym/babyai")
+    pool = training_pool(config, 16)
+    assert len(pool) == len(set(pool)) == 16
+    assert set(pool) <= set(spec.task_ids("train", ["GoTo", "Open"]))
+    assert {spec.category(i) for i in pool} == {"GoTo", "Open"}
+    assert training_pool(config, 16) == pool  # the same pool for every arm and seed
+
+
+def test_learning_curves_summary_pairs_sampled_success_per_seed():
+    import pytest
+
+    from benchmarks.learning_curves import summarize
+
+    def run(greedy, sampled):
+        return {"eval": [{"iteration": i, "success_rate": x} for i, x in zip((0, 10), greedy)],
+                "sampled_eval": [{"iteration": i, "k": 4, "success_rate": x} for i, x in zip((0, 10), sampled)]}
+
+    summary = summarize([run((0.4, 0.5), (0.30, 0.40)), run((0.4, 0.3), (0.30, 0.36))])
+    assert summary["gain"]["values"] == pytest.approx([0.1, -0.1])
+    assert summary["sampled"]["gain"]["values"] == pytest.approx([0.10, 0.06])
+    assert summary["sampled"]["gain"]["mean"] == pytest.approx(0.08)
+    assert "sampled" not in summarize([{"eval": run((0.4, 0.5), (0.3, 0.4))["eval"]}])
+
+
 def test_teacher_forced_errors_finds_responses_and_actions():
     from transformers import AutoTokenizer
 
