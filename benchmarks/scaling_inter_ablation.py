@@ -20,8 +20,9 @@ iterations, and gets the same number of iterations, tasks and samples per
 iteration. The JSON holds every curve; --plot draws success vs iteration of
 the three arms (thin: seeds, bold: mean).
 
-With `--pool N`, every arm trains on the same N train tasks (spread over the
-config's training split and categories) and is evaluated on them: sampled
+With `--pool N`, every arm trains on the same N train tasks (drawn at random,
+with a fixed seed, from the config's training split and categories; or
+`--pool ID,ID,...`) and is evaluated on them: sampled
 Avg@`--pool-k` at the long horizon, with the same episode and generation seeds
 at every evaluation of a run. That is the paper's view (its Figure 7 plots the
 reward of the tasks trained on), and at CPU scale GRPO learns the tasks it
@@ -67,14 +68,31 @@ def arms(short: int, long: int, iterations: int) -> dict[str, dict[str, Any]]:
     }
 
 
-def training_pool(config: dict[str, Any], size: int) -> list[int]:
-    """`size` task ids spread evenly over the config's training split (within its categories)."""
+def training_pool(config: dict[str, Any], size: int, seed: int = 0) -> list[int]:
+    """`size` task ids drawn at random (a fixed `seed`: the same pool for every arm and run)
+    from the config's training split, within its categories.
+
+    Random rather than evenly spaced: ids are often laid out by level (BabyAI's task i is
+    level i % 40 + 1), so an even spacing can land on a handful of levels."""
+    import numpy as np
+
     from rllib_agentgym.envs.registry import get_spec
-    from rllib_agentgym.evaluation import select_tasks
 
     env_config = dict(config.get("env_config") or {})
     ids = get_spec(config["env"]).task_ids(env_config.get("split", "train"), env_config.get("categories"))
-    return select_tasks(ids, size)
+    if not 1 <= size <= len(ids):
+        raise ValueError(f"--pool {size}: the training split has {len(ids)} tasks in its categories")
+    return sorted(int(i) for i in np.random.default_rng(seed).choice(ids, size=size, replace=False))
+
+
+def pool_arg(text: str) -> int | list[int]:
+    """`--pool`: a number of tasks to draw, or the task ids themselves (comma-separated)."""
+    parts = [p for p in text.split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--pool {text!r}: a number of tasks or comma-separated task ids") from None
+    return values if "," in text else values[0]
 
 
 def resumable_runs(path: str, config_file: str, iterations: int, common: dict[str, Any],
@@ -108,8 +126,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None)
     parser.add_argument("--resume", default=None, help="an earlier JSON of this ablation: keep its runs")
-    parser.add_argument("--pool", type=int, default=0,
-                        help="train every arm on N fixed train tasks and evaluate it there (sampled Avg@k)")
+    parser.add_argument("--pool", type=pool_arg, default=0,
+                        help="train every arm on N fixed train tasks (or these comma-separated task ids) "
+                             "and evaluate it there (sampled Avg@k)")
     parser.add_argument("--pool-k", type=int, default=8, help="episodes per pool task at each evaluation")
     args = parser.parse_args(argv)
     quiet_logs()
@@ -121,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     evaluate = greedy_success
     if args.pool:
         base = experiment_config(config_file, common)
-        pool = training_pool(base, args.pool)
+        pool = args.pool if isinstance(args.pool, list) else training_pool(base, args.pool)
         common = {**common, "env_config": {**dict(base.get("env_config") or {}), "task_ids": pool}}
 
         def evaluate(algo):
@@ -164,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 write_json(snapshot(), args.out)
     out = snapshot()
     if args.plot:
-        ylabel = (f"success on the {args.pool} training tasks, Avg@{args.pool_k} (%)" if args.pool
+        ylabel = (f"success on the {len(pool)} training tasks, Avg@{args.pool_k} (%)" if args.pool
                   else "test-split success, greedy (%)")
         plot_curves({name: arm["runs"] for name, arm in results.items()}, args.plot,
                     f"ScalingInter ablation on {args.env} (GRPO from embedded-agent)", ylabel=ylabel)

@@ -79,17 +79,28 @@ def test_scaling_inter_ablation_resume_keeps_runs_of_the_same_config_only(tmp_pa
         resumable_runs(str(path), earlier["config_file"], 10, {}, arms(4, 15, 10))
 
 
-def test_scaling_inter_training_pool_spreads_over_the_training_categories():
-    from benchmarks.scaling_inter_ablation import training_pool
+def test_scaling_inter_training_pool_draws_across_levels_and_parses_ids():
+    import argparse
+
+    import pytest
+
+    from benchmarks.scaling_inter_ablation import pool_arg, training_pool
     from rllib_agentgym.envs.registry import get_spec
 
     config = {"env": "agentgym/babyai", "env_config": {"split": "train", "categories": ["GoTo", "Open"]}}
     spec = get_spec("agentgym/babyai")
     pool = training_pool(config, 16)
-    assert len(pool) == len(set(pool)) == 16
+    assert len(pool) == len(set(pool)) == 16 and pool == sorted(pool)
     assert set(pool) <= set(spec.task_ids("train", ["GoTo", "Open"]))
     assert {spec.category(i) for i in pool} == {"GoTo", "Open"}
+    # BabyAI's task i is level i % 40 + 1: evenly spaced ids fall on two levels, a draw does not.
+    assert len({i % 40 for i in pool}) >= 8
     assert training_pool(config, 16) == pool  # the same pool for every arm and seed
+    with pytest.raises(ValueError, match="has 720 tasks"):
+        training_pool(config, 721)
+    assert pool_arg("16") == 16 and pool_arg("0,120,935") == [0, 120, 935]
+    with pytest.raises(argparse.ArgumentTypeError, match="comma-separated task ids"):
+        pool_arg("sixteen")
 
 
 def test_learning_curves_summary_pairs_sampled_success_per_seed():
