@@ -91,7 +91,9 @@ def pool_arg(text: str) -> int | list[int]:
     try:
         values = [int(p) for p in parts]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--pool {text!r}: a number of tasks or comma-separated task ids") from None
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"--pool {text!r}: a number of tasks or comma-separated task ids")
     return values if "," in text else values[0]
 
 

@@ -99,8 +99,9 @@ def test_scaling_inter_training_pool_draws_across_levels_and_parses_ids():
     with pytest.raises(ValueError, match="has 720 tasks"):
         training_pool(config, 721)
     assert pool_arg("16") == 16 and pool_arg("0,120,935") == [0, 120, 935]
-    with pytest.raises(argparse.ArgumentTypeError, match="comma-separated task ids"):
-        pool_arg("sixteen")
+    for bad in ("sixteen", "", ","):
+        with pytest.raises(argparse.ArgumentTypeError, match="comma-separated task ids"):
+            pool_arg(bad)
 
 
 def test_learning_curves_summary_pairs_sampled_success_per_seed():
