@@ -60,9 +60,10 @@ def greedy_success(algo) -> dict[str, Any]:
 SAMPLED_EVAL_CALL_INDEX = 10**7
 
 
-def sampled_success(algo, k: int, task_ids: Sequence[int] | None = None) -> dict[str, Any]:
+def sampled_success(algo, k: int, task_ids: Sequence[int] | None = None, horizon: int | None = None,
+                    call_index: int = SAMPLED_EVAL_CALL_INDEX) -> dict[str, Any]:
     """Avg@k at the training temperature on `task_ids` (default: the evaluation tasks), at
-    the evaluation horizon.
+    `horizon` turns (default: the evaluation horizon).
 
     The episode seeds and generation seeds are a function of (run seed, call index), and the
     call index is fixed, so two calls in one run play the same episodes with the same random
@@ -75,16 +76,16 @@ def sampled_success(algo, k: int, task_ids: Sequence[int] | None = None) -> dict
     task_ids = list(task_ids)
     runner = algo.env_runner_group.local_env_runner
     previous = runner.get_max_turns()
-    runner.set_max_turns(int(algo.evaluation_config.max_turns))
+    runner.set_max_turns(int(horizon or algo.evaluation_config.max_turns))
     try:
-        result = runner.sample(task_ids=task_ids, group_size=k, explore=True, call_index=SAMPLED_EVAL_CALL_INDEX)
+        result = runner.sample(task_ids=task_ids, group_size=k, explore=True, call_index=call_index)
     finally:
         runner.set_max_turns(previous)
     counts = dict.fromkeys(task_ids, 0)
     for t in result.trajectories:
         counts[t.data_idx] += int(t.success)
     return {"k": k, "success_rate": sum(counts.values()) / (k * len(task_ids)), "num_dropped": result.num_dropped,
-            "successes_by_task": {str(i): c for i, c in counts.items()}}
+            "successes_by_task": counts}
 
 
 def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print,

@@ -154,7 +154,7 @@ def test_grpo_raises_success_on_the_tasks_it_trains_on(ray_local, env):
     budget is in docs/learning.md."""
     from pathlib import Path
 
-    from benchmarks.learning_curves import experiment_config
+    from benchmarks.learning_curves import experiment_config, sampled_success
     from rllib_agentgym.envs.registry import get_spec
 
     num_candidates, env_overrides = TRAINED_ON_POOL[env]
@@ -167,12 +167,10 @@ def test_grpo_raises_success_on_the_tasks_it_trains_on(ray_local, env):
     runner = algo.env_runner_group.local_env_runner
 
     def successes(task_ids, k, call_index):
-        result = runner.sample(task_ids=task_ids, group_size=k, explore=True, call_index=call_index)
-        assert result.num_dropped == 0
-        counts = dict.fromkeys(task_ids, 0)
-        for t in result.trajectories:
-            counts[t.data_idx] += int(t.success)
-        return counts
+        # At the training horizon: the pool is judged where it is trained.
+        result = sampled_success(algo, k, task_ids=task_ids, horizon=runner.get_max_turns(), call_index=call_index)
+        assert result["num_dropped"] == 0
+        return result["successes_by_task"]
 
     try:
         candidates = get_spec(f"agentgym/{env}").task_ids("train", categories)[:num_candidates]
