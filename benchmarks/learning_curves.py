@@ -69,21 +69,16 @@ def sampled_success(algo, k: int, task_ids: Sequence[int] | None = None, horizon
     call index is fixed, so two calls in one run play the same episodes with the same random
     numbers: a paired before/after comparison. Greedy success on a few dozen tasks moves only
     when an argmax flips; this counts k times the episodes, of the policy GRPO trains."""
-    from rllib_agentgym.evaluation import evaluation_task_ids, select_tasks
+    from rllib_agentgym.evaluation import evaluation_task_ids, outcomes_from_trajectories, play_at_horizon, select_tasks
 
     if task_ids is None:
         task_ids = select_tasks(evaluation_task_ids(algo.config), algo.config.evaluation_num_tasks)
     task_ids = list(task_ids)
-    runner = algo.env_runner_group.local_env_runner
-    previous = runner.get_max_turns()
-    runner.set_max_turns(int(horizon or algo.evaluation_config.max_turns))
-    try:
-        result = runner.sample(task_ids=task_ids, group_size=k, explore=True, call_index=call_index)
-    finally:
-        runner.set_max_turns(previous)
-    counts = dict.fromkeys(task_ids, 0)
-    for t in result.trajectories:
-        counts[t.data_idx] += int(t.success)
+    result = play_at_horizon(algo.env_runner_group.local_env_runner, task_ids,
+                             int(horizon or algo.evaluation_config.max_turns),
+                             group_size=k, explore=True, call_index=call_index)
+    counts = dict.fromkeys(task_ids, 0)  # a task whose episodes were all dropped counts 0
+    counts.update({o.data_idx: sum(o.successes) for o in outcomes_from_trajectories(result.trajectories)})
     return {"k": k, "success_rate": sum(counts.values()) / (k * len(task_ids)), "num_dropped": result.num_dropped,
             "successes_by_task": counts}
 

@@ -349,12 +349,14 @@ def evaluation_task_ids(algo_config) -> list[int]:
     return get_spec(algo_config.env).task_ids(evaluation_split(algo_config), categories)
 
 
-def _play_greedy(runner, task_ids: Sequence[int], horizon: int):
-    """One greedy episode per task at `horizon`; the runner's training horizon is kept."""
+def play_at_horizon(runner, task_ids: Sequence[int], horizon: int, *, group_size: int = 1, explore: bool = False,
+                    call_index: int | None = None):
+    """`group_size` episodes per task at `horizon` (default: one greedy episode); the runner's
+    training horizon is kept. `call_index` fixes the draw, as in the runner's `sample`."""
     previous = runner.get_max_turns()
     runner.set_max_turns(horizon)
     try:
-        return runner.sample(task_ids=list(task_ids), group_size=1, explore=False)
+        return runner.sample(task_ids=list(task_ids), group_size=group_size, explore=explore, call_index=call_index)
     finally:
         runner.set_max_turns(previous)
 
@@ -385,12 +387,12 @@ def evaluate_during_training(algo) -> dict[str, Any]:
         shares = [(wid, task_ids[i :: len(remote)]) for i, wid in enumerate(remote)]
         shares = [(wid, ids) for wid, ids in shares if ids]
         rollouts = group.foreach_env_runner(
-            [partial(_play_greedy, task_ids=ids, horizon=horizon) for _, ids in shares],
+            [partial(play_at_horizon, task_ids=ids, horizon=horizon) for _, ids in shares],
             local_env_runner=False,
             remote_worker_ids=[wid for wid, _ in shares],
         )
     else:
-        rollouts = [_play_greedy(group.local_env_runner, task_ids, horizon)]
+        rollouts = [play_at_horizon(group.local_env_runner, task_ids, horizon)]
     scores = score(outcomes_from_trajectories(t for r in rollouts for t in r.trajectories))
     overall = scores["overall"]
     results = {
