@@ -8,6 +8,8 @@
     python scripts/build_agent_model.py --recipe '{"model": {"num_hidden_layers": 6, "hidden_size": 384,
         "intermediate_size": 1024, "num_attention_heads": 6}, "micro_batch_size": 2, "batch_size": 8,
         "iterations": 420, "lr_warmup_iterations": 0}'        # the first shipped agent (docs/learning.md)
+    python scripts/build_agent_model.py --recipe '{"data": [{"env": "agentgym/textcraft", "num": 800,
+        "max_turns": 15, "augmented_copies": 1}, {"env": "agentgym/babyai", "num": 600, "max_turns": 12}]}'
 
 Building: expert conversations of the TextCraft and BabyAI train splits, then
 AgentSFT on a fresh embedded Qwen2 (see rllib_agentgym/agent_model.py); the
@@ -73,7 +75,7 @@ def recipe_from_json(text: str | None):
     from rllib_agentgym.experiments import parse_json_arg
 
     changes = parse_json_arg("--recipe", text)
-    known = {f.name for f in dataclasses.fields(AgentRecipe)} - {"data"}
+    known = {f.name for f in dataclasses.fields(AgentRecipe)}
     unknown = sorted(set(changes) - known)
     if unknown:
         raise SystemExit(f"--recipe: unknown fields {unknown}; known: {sorted(known)}")
@@ -83,7 +85,30 @@ def recipe_from_json(text: str | None):
         if not isinstance(sizes, dict) or set(sizes) - fields:
             raise SystemExit(f"--recipe: `model` takes a dict of {sorted(fields)}, got {sizes!r}")
         changes["model"] = dataclasses.replace(AgentRecipe().model, **sizes)
+    if "data" in changes:
+        changes["data"] = data_from_json(changes["data"])
     return dataclasses.replace(AgentRecipe(), **changes)
+
+
+def data_from_json(entries) -> tuple:
+    """`data`: a list of ExpertData fields per family, e.g. [{"env": "agentgym/textcraft", "num": 800,
+    "max_turns": 15, "augmented_copies": 1}, ...]; option dicts become the recipe's (key, value) tuples."""
+    import dataclasses
+
+    from rllib_agentgym.agent_model import ExpertData
+
+    fields = {f.name for f in dataclasses.fields(ExpertData)}
+    required = {"env", "num", "max_turns"}
+    if not isinstance(entries, list) or not entries:
+        raise SystemExit(f"--recipe: `data` takes a non-empty list of {sorted(fields)} dicts, got {entries!r}")
+    data = []
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) - fields or required - set(entry):
+            raise SystemExit(f"--recipe: each `data` entry needs {sorted(required)} and may set "
+                             f"{sorted(fields - required)}, got {entry!r}")
+        options = {k: tuple(sorted(v.items())) for k, v in entry.items() if isinstance(v, dict)}
+        data.append(ExpertData(**{**entry, **options}))
+    return tuple(data)
 
 
 def main(argv=None) -> None:

@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rllib_agentgym.agent_model import (SHIPPED_ARCHIVE, AgentRecipe, _key_fields, agent_model_path, lr_schedule,
-                                        shipped_fingerprint)
+from rllib_agentgym.agent_model import (SHIPPED_ARCHIVE, AgentRecipe, ExpertData, _key_fields, agent_model_path,
+                                        lr_schedule, shipped_fingerprint)
 from rllib_agentgym.core.embedded import EmbeddedModelConfig, resolve_model_path
 
 
@@ -58,6 +58,15 @@ def test_build_script_recipe_variants_change_known_fields_only():
     assert larger.fingerprint() != AgentRecipe().fingerprint()
     with pytest.raises(SystemExit, match="`model` takes a dict"):
         recipe_from_json('{"model": {"depth": 4}}')
+    renamed = recipe_from_json('{"data": [{"env": "agentgym/textcraft", "num": 800, "max_turns": 15, '
+                               '"augmented_copies": 1, "expert_options": {"thoughts": "steps"}}]}')
+    assert renamed.data == (ExpertData("agentgym/textcraft", 800, 15, augmented_copies=1,
+                                       expert_options=(("thoughts", "steps"),)),)
+    assert renamed.fingerprint() != AgentRecipe().fingerprint()
+    with pytest.raises(SystemExit, match="each `data` entry needs"):
+        recipe_from_json('{"data": [{"env": "agentgym/textcraft", "num": 800}]}')
+    with pytest.raises(SystemExit, match="non-empty list"):
+        recipe_from_json('{"data": []}')
 
 
 def test_lr_schedule_warms_up_then_decays():
