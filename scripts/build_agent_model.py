@@ -17,10 +17,12 @@ result is cached like the embedded model and named `model_path: embedded-agent`.
 The build's wall time and CPU seconds are printed (CPU seconds count the work
 on a machine shared with other jobs).
 
-Evaluating: greedy Avg@1 / Pass@1 per category on the test splits
-(TextCraft: all 125 tasks, 15 turns; BabyAI: all 200 tasks, 12 turns, the
-horizons of the warm-start tuned examples), written as JSON and Markdown
-to --report-dir.
+Evaluating: greedy Avg@1 / Pass@1 per category on the test splits of the
+five families (TextCraft: all 125 tasks, 15 turns; BabyAI: all 200 tasks, 12
+turns, the horizons of the warm-start tuned examples; Deep Search: 200 of 1000
+tasks, 6 turns; WebArena: all 38 tasks, 3 turns, the tree cut at 256 tokens as
+in its tuned example; SciWorld: 100 of 1171 tasks, 30 turns), written as JSON
+and Markdown to --report-dir. `--envs textcraft,babyai` evaluates some only.
 """
 
 from __future__ import annotations
@@ -35,8 +37,14 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-# (env, evaluation horizon, tasks: None = the whole test split)
-EVALS = (("agentgym/textcraft", 15, None), ("agentgym/babyai", 12, None))
+# (env, evaluation horizon, tasks: None = the whole test split, env_config)
+EVALS = (
+    ("agentgym/textcraft", 15, None, None),
+    ("agentgym/babyai", 12, None, None),
+    ("agentgym/searchqa", 6, 200, None),
+    ("agentgym/webarena", 3, None, {"env_options": {"max_obs_tokens": 256, "max_steps": 3}}),
+    ("agentgym/sciworld", 30, 100, None),
+)
 
 
 def cpu_seconds() -> float:
@@ -47,15 +55,18 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def evaluate_agent(model: str, report_dir: Path | None, engine: str, num_tasks: int | None) -> dict:
+def evaluate_agent(model: str, report_dir: Path | None, engine: str, num_tasks: int | None,
+                   envs: list[str] | None = None) -> dict:
     from rllib_agentgym.evaluation import evaluate
 
     reports = {}
-    for env, horizon, tasks in EVALS:
-        report = evaluate(model, env=env, split="test", max_turns=horizon, num_tasks=num_tasks or tasks,
-                          engine=engine, max_model_len=4096, progress=False)
-        print(report.markdown())
+    for env, horizon, tasks, env_config in EVALS:
         name = env.split("/")[1]
+        if envs and name not in envs:
+            continue
+        report = evaluate(model, env=env, split="test", max_turns=horizon, num_tasks=num_tasks or tasks,
+                          engine=engine, env_config=env_config, max_model_len=4096, progress=False)
+        print(report.markdown())
         reports[name] = report.to_json()
         if report_dir is not None:
             report_dir.mkdir(parents=True, exist_ok=True)
@@ -119,6 +130,8 @@ def main(argv=None) -> None:
     parser.add_argument("--num-tasks", type=int, default=None, help="evaluate on N tasks per env (default: whole splits)")
     parser.add_argument("--ship", action="store_true",
                         help="also write the shipped archive (rllib_agentgym/assets/embedded-agent.tar.xz)")
+    parser.add_argument("--envs", type=lambda text: text.split(","), default=None,
+                        help="evaluate these families only, e.g. textcraft,babyai (default: all five)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--recipe", default=None,
                         help="JSON of AgentRecipe fields to change (an experiment: evaluated, never shipped)")
@@ -141,7 +154,8 @@ def main(argv=None) -> None:
         archive = pack_for_shipping()
         print(f"shipped archive: {archive} ({archive.stat().st_size / 2**20:.1f} MiB)")
     if not args.no_eval:
-        evaluate_agent("embedded-agent" if recipe is None else str(path), Path(args.report_dir) if args.report_dir else None, args.engine, args.num_tasks)
+        evaluate_agent("embedded-agent" if recipe is None else str(path), Path(args.report_dir) if args.report_dir else None, args.engine, args.num_tasks,
+                       args.envs)
 
 
 if __name__ == "__main__":

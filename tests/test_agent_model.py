@@ -41,6 +41,8 @@ def test_later_recipe_options_key_the_cache_only_when_used():
     assert dataclasses.replace(recipe, data=quoted).fingerprint() != recipe.fingerprint()
     renamed = (dataclasses.replace(recipe.data[0], augmented_copies=1), *recipe.data[1:])
     assert dataclasses.replace(recipe, data=renamed).fingerprint() != recipe.fingerprint()
+    spread = (recipe.data[0], dataclasses.replace(recipe.data[1], shuffle_tasks=True))
+    assert dataclasses.replace(recipe, data=spread).fingerprint() != recipe.fingerprint()
 
 
 def test_build_script_recipe_variants_change_known_fields_only():

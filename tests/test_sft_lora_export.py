@@ -107,6 +107,22 @@ def test_expert_options_reach_the_expert_and_unknown_ones_fail_clearly(tmp_path)
         experts_main(["--env", "agentgym/textcraft", "--out", str(out), "--expert-options", "[1]"])
 
 
+def test_shuffled_expert_order_is_seeded_and_spreads_over_the_split(tmp_path):
+    from rllib_agentgym.data.experts import main as experts_main
+    from rllib_agentgym.envs.registry import get_spec
+
+    in_order = [row["data_idx"] for row in expert_conversations("agentgym/textcraft", "train", num=4)]
+    shuffled = [row["data_idx"] for row in expert_conversations("agentgym/textcraft", "train", num=4, shuffle_seed=3)]
+    again = [row["data_idx"] for row in expert_conversations("agentgym/textcraft", "train", num=4, shuffle_seed=3)]
+    train = get_spec("agentgym/textcraft").split_ids("train")
+    assert in_order == train[:4]
+    assert shuffled == again and shuffled != in_order and set(shuffled) <= set(train)
+    assert max(shuffled) > train[10]  # not the first tasks of the split (its shallowest goals)
+    out = tmp_path / "shuffled.jsonl"
+    experts_main(["--env", "agentgym/textcraft", "--num", "4", "--out", str(out), "--shuffle", "--seed", "3"])
+    assert [json.loads(line)["data_idx"] for line in out.read_text().splitlines()] == shuffled
+
+
 def test_babyai_quote_thoughts_repeat_the_goal_line_verbatim():
     restate = next(expert_conversations("agentgym/babyai", "train", num=1))
     quote = next(expert_conversations("agentgym/babyai", "train", num=1, expert_options={"thoughts": "quote"}))

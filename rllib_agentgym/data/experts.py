@@ -61,15 +61,20 @@ def expert_episode(spec, env, data_idx: int, max_steps: int = 100,
 
 
 def expert_conversations(env: str, split: str = "train", num: int = 100, max_steps: int = 100,
-                         env_options: dict | None = None,
-                         expert_options: dict | None = None) -> Iterator[dict[str, Any]]:
-    """Up to `num` successful expert conversations, over the split's tasks in order."""
+                         env_options: dict | None = None, expert_options: dict | None = None,
+                         shuffle_seed: int | None = None) -> Iterator[dict[str, Any]]:
+    """Up to `num` successful expert conversations, over the split's tasks in order, or in an order
+    shuffled with `shuffle_seed` (so that a `num` below the split's size spreads over its task types:
+    SciWorld's and BabyAI's splits are grouped by type)."""
     spec = get_spec(env)
     check_expert_options(spec, expert_options)
+    task_ids = list(spec.split_ids(split))
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(task_ids)
     instance = spec.load_env_class()(**{**spec.env_options, **(env_options or {})})
     produced = 0
     try:
-        for data_idx in spec.split_ids(split):
+        for data_idx in task_ids:
             if produced >= num:
                 break
             episode = expert_episode(spec, instance, data_idx, max_steps, expert_options)
@@ -129,7 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--augmented-copies", type=int, default=0,
                         help="after each conversation, this many variants from the family's augmentation "
                              "(TextCraft: items renamed)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the augmentation")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the augmentation (and of --shuffle)")
+    parser.add_argument("--shuffle", action="store_true",
+                        help="visit the split's tasks in a seeded random order instead of in order")
     return parser
 
 
@@ -139,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     if args.expert_options is not None and not isinstance(args.expert_options, dict):
         raise SystemExit("--expert-options must be a JSON object")
     try:
-        rows = expert_conversations(args.env, args.split, args.num, args.max_steps, expert_options=args.expert_options)
+        rows = expert_conversations(args.env, args.split, args.num, args.max_steps, expert_options=args.expert_options,
+                                   shuffle_seed=args.seed if args.shuffle else None)
         rows = with_augmented_copies(rows, args.env, args.augmented_copies, args.seed)
         n = write_jsonl(args.out, rows)
     except ValueError as exc:  # unknown expert options, a family without augmentation
