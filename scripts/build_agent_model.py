@@ -136,6 +136,9 @@ def main(argv=None) -> None:
     parser.add_argument("--recipe", default=None,
                         help="JSON of AgentRecipe fields to change (an experiment: evaluated, never shipped)")
     args = parser.parse_args(argv)
+    known = [env.split("/")[1] for env, *_ in EVALS]
+    if args.envs and set(args.envs) - set(known):
+        parser.error(f"--envs: unknown families {sorted(set(args.envs) - set(known))}; known: {known}")
     recipe = recipe_from_json(args.recipe)
     if args.ship and recipe is not None:
         parser.error("--ship ships the default recipe; change AgentRecipe's defaults to ship a variant")

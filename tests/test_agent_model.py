@@ -71,6 +71,16 @@ def test_build_script_recipe_variants_change_known_fields_only():
         recipe_from_json('{"data": []}')
 
 
+def test_build_script_evaluates_known_families_only(capsys):
+    from scripts.build_agent_model import EVALS, main
+
+    assert [env for env, *_ in EVALS] == [f"agentgym/{name}" for name in
+                                          ("textcraft", "babyai", "searchqa", "webarena", "sciworld")]
+    with pytest.raises(SystemExit):
+        main(["--envs", "textcraft,deepsearch", "--no-eval"])  # checked before anything is built
+    assert "unknown families ['deepsearch']" in capsys.readouterr().err
+
+
 def test_lr_schedule_warms_up_then_decays():
     recipe = AgentRecipe(iterations=100, batch_size=8, lr=1e-3, lr_final=5e-5, lr_warmup_iterations=0)
     assert lr_schedule(recipe) == [[0, 1e-3], [800, 5e-5]]
