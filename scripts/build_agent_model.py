@@ -57,11 +57,12 @@ def cpu_seconds() -> float:
 
 def evaluate_agent(model: str, report_dir: Path | None, engine: str, num_tasks: int | None,
                    envs: list[str] | None = None) -> dict:
+    from rllib_agentgym.envs.registry import family_name
     from rllib_agentgym.evaluation import evaluate
 
     reports = {}
     for env, horizon, tasks, env_config in EVALS:
-        name = env.split("/")[1]
+        name = family_name(env)
         if envs and name not in envs:
             continue
         report = evaluate(model, env=env, split="test", max_turns=horizon, num_tasks=num_tasks or tasks,
@@ -136,7 +137,9 @@ def main(argv=None) -> None:
     parser.add_argument("--recipe", default=None,
                         help="JSON of AgentRecipe fields to change (an experiment: evaluated, never shipped)")
     args = parser.parse_args(argv)
-    known = [env.split("/")[1] for env, *_ in EVALS]
+    from rllib_agentgym.envs.registry import family_name
+
+    known = [family_name(env) for env, *_ in EVALS]
     if args.envs and set(args.envs) - set(known):
         parser.error(f"--envs: unknown families {sorted(set(args.envs) - set(known))}; known: {known}")
     recipe = recipe_from_json(args.recipe)

@@ -65,7 +65,7 @@ def expert_conversations(env: str, split: str = "train", num: int = 100, max_ste
                          shuffle_seed: int | None = None) -> Iterator[dict[str, Any]]:
     """Up to `num` successful expert conversations, over the split's tasks in order, or in an order
     shuffled with `shuffle_seed` (so that a `num` below the split's size spreads over its task types:
-    SciWorld's and BabyAI's splits are grouped by type)."""
+    SciWorld's split is grouped by task type)."""
     spec = get_spec(env)
     check_expert_options(spec, expert_options)
     task_ids = list(spec.split_ids(split))
