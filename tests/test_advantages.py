@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,6 +12,7 @@ from rllib_agentgym.algorithms.advantages import (
     compute_advantages,
     dynamic_sampling_keep_mask,
     gae_advantages,
+    gigpo_advantages,
     grpo_advantages,
     masked_mean,
     masked_whiten,
@@ -19,6 +21,7 @@ from rllib_agentgym.algorithms.advantages import (
     rloo_advantages,
     to_token_level,
     token_level_rewards,
+    turn_index,
     weight_positive_advantages,
 )
 
@@ -314,7 +317,7 @@ class TestDispatcher:
         )
 
     def test_unknown_estimator(self):
-        with pytest.raises(ValueError, match="gae, grpo, reinforce_plus_plus, rloo"):
+        with pytest.raises(ValueError, match="gae, gigpo, grpo, reinforce_plus_plus, rloo"):
             compute_advantages("ppo", rewards=torch.zeros(1))
 
 
@@ -369,3 +372,129 @@ class TestOutcomeRewards:
         cfg = GRPOConfig().environment("agentgym/textcraft").training(invalid_action_penalty=-0.1)
         with pytest.raises(ValueError, match="invalid_action_penalty"):
             cfg.validate()
+
+
+class TestGiGPO:
+    """Step-level credit among the turns of a group that acted from the same state."""
+
+    # One group of three episodes (gamma 1, reward only at the end of `a`):
+    #   a: s0 -> s1 -> solved        turn returns [1, 1]
+    #   b: s0 -> s2 -> failed        [0, 0]
+    #   c: s0 -> s1 -> s3 -> failed  [0, 0, 0]
+    # Anchor s0 holds a0, b0, c0 (returns 1, 0, 0: mean 1/3, unbiased std 1/sqrt(3)):
+    #   A^S = 2/sqrt(3) = 1.1547 for a0, -1/sqrt(3) = -0.57735 for b0, c0.
+    # Anchor s1 holds a1, c1 (returns 1, 0): +-1/sqrt(2) = +-0.70711. s2, s3: seen once -> 0.
+    # The episode term is GRPO's over R = (1, 0, 0): the same numbers as anchor s0.
+    S = 1 / math.sqrt(3)
+    Q = 1 / math.sqrt(2)
+
+    @staticmethod
+    def trajectories():
+        from rllib_agentgym.core.trajectory import Trajectory, Turn
+
+        def episode(states, rewards, success):
+            t = Trajectory(env="babyai", data_idx=0, group_id=4, reward=sum(rewards), success=success)
+            t.turns = [Turn(s, f"Action: {s}", s, reward=r) for s, r in zip(states, rewards)]
+            return t
+
+        return [episode(["s0", "s1"], [0.0, 1.0], True), episode(["s0", "s2"], [0.0, 0.0], False),
+                episode(["s0", "s1", "s3"], [0.0, 0.0, 0.0], False)]
+
+    def test_turn_index_counts_runs_of_the_mask(self):
+        m = torch.tensor([[0, 1, 1, 0, 0, 1, 0, 1], [1, 1, 1, 1, 0, 0, 0, 0]])
+        close(turn_index(m), [[-1, 0, 0, -1, -1, 1, -1, 2], [0, 0, 0, 0, -1, -1, -1, -1]])
+
+    def test_step_arrays_by_hand(self):
+        from rllib_agentgym.algorithms.step_anchors import step_arrays
+
+        returns, anchors = step_arrays(self.trajectories())
+        assert returns.tolist() == [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+        # s0 -> 0, s1 -> 1, s2 -> 2, s3 -> 3; -1 where an episode has no such turn.
+        assert anchors.tolist() == [[0, 1, -1], [0, 2, -1], [0, 1, 3]]
+
+    def test_hand_values(self):
+        from rllib_agentgym.algorithms.step_anchors import step_arrays
+
+        trajs = self.trajectories()
+        returns, anchors = step_arrays(trajs)
+        # Rows: a = [resp0 x2, obs, resp1], b = [resp0, obs, resp1 x2], c = [resp0, obs, resp1, obs, resp2].
+        mask = torch.tensor([[1, 1, 0, 1, 0], [1, 0, 1, 1, 0], [1, 0, 1, 0, 1]], dtype=torch.float32)
+        adv, ret = gigpo_advantages(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([4, 4, 4]), torch.as_tensor(returns),
+                                    torch.as_tensor(anchors), mask)
+        S, Q = self.S, self.Q
+        close(adv, [[4 * S, 4 * S, 0, 2 * S + Q, 0],
+                    [-2 * S, 0, -S, -S, 0],
+                    [-2 * S, 0, -S - Q, 0, -S]], atol=1e-5)
+        assert ret is adv
+        # omega scales the step term only.
+        half, _ = gigpo_advantages(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([4, 4, 4]), torch.as_tensor(returns),
+                                   torch.as_tensor(anchors), mask, step_weight=0.5)
+        close(half[0], [3 * S, 3 * S, 0, 2 * S + Q / 2, 0], atol=1e-5)
+
+    def test_no_shared_state_is_grpo(self):
+        rewards, groups = torch.tensor([1.0, 0.0, 0.5, 2.0]), torch.tensor([0, 0, 1, 1])
+        mask = torch.tensor([[1, 0, 1], [1, 1, 0], [0, 1, 1], [1, 0, 1]], dtype=torch.float32)
+        anchors = torch.tensor([[0, 1], [2, -1], [3, -1], [4, 5]])  # every state seen once
+        adv, _ = gigpo_advantages(rewards, groups, torch.rand(4, 2), anchors, mask)
+        close(adv, to_token_level(grpo_advantages(rewards, groups), mask))
+
+    def test_anchors_stay_inside_their_group(self):
+        from rllib_agentgym.algorithms.step_anchors import step_arrays
+
+        trajs = self.trajectories()
+        trajs[1].group_id = 5  # same first observation, another task
+        _, anchors = step_arrays(trajs)
+        assert anchors[0, 0] == anchors[2, 0] != anchors[1, 0]
+
+    def test_history_anchor_splits_what_the_observation_merges(self):
+        from rllib_agentgym.algorithms.step_anchors import anchor_key, step_arrays
+        from rllib_agentgym.core.trajectory import Turn
+
+        trajs = self.trajectories()
+        trajs[2].turns[0] = Turn("s0", "Action: other", "other")  # c reaches s1 by another action
+        _, by_obs = step_arrays(trajs, anchor="observation")
+        _, by_history = step_arrays(trajs, anchor="history")
+        assert by_obs[0, 1] == by_obs[2, 1]  # both act from s1
+        assert by_history[0, 1] != by_history[2, 1]  # by different paths
+        assert by_history[0, 0] == by_history[2, 0]  # the first state is shared either way
+        with pytest.raises(ValueError, match="'observation', 'history'"):
+            anchor_key(trajs[0], 0, "state")
+
+    def test_discounted_returns_and_turn_rewards_sum_to_the_outcome(self):
+        from rllib_agentgym.algorithms.rewards import outcome_rewards, turn_rewards
+        from rllib_agentgym.algorithms.step_anchors import discounted_turn_returns
+
+        assert discounted_turn_returns(np.array([0.0, 0.0, 1.0]), 0.5).tolist() == [0.25, 0.5, 1.0]
+        trajs = self.trajectories()
+        trajs[2].turns[1].invalid_action = True
+        for reward_type in ("return", "success"):
+            sums = [turn_rewards(t, reward_type, 0.1).sum() for t in trajs]
+            assert sums == pytest.approx(outcome_rewards(trajs, reward_type, 0.1).tolist())
+        assert turn_rewards(trajs[0], "success").tolist() == [0.0, 1.0]
+
+    def test_build_batch_uses_the_turns(self):
+        from types import SimpleNamespace
+
+        from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
+
+        trajs = self.trajectories()
+        for t, runs in zip(trajs, ([2, 1], [1, 2], [1, 1, 1])):
+            t.append([9, 9], generated=False)  # the prompt
+            for k, n in enumerate(runs):
+                if k:
+                    t.append([8], generated=False)  # an observation
+                t.append([5] * n, generated=True)
+        cfg = GRPOConfig().training(advantage_estimator="gigpo")
+        batch = GRPO._build_batch(SimpleNamespace(config=cfg), trajs).policy_batches["default_policy"]
+        adv = torch.as_tensor(batch["advantages"])
+        S, Q = self.S, self.Q
+        close(adv[0, :6], [0, 0, 4 * S, 4 * S, 0, 2 * S + Q], atol=1e-5)
+        close(adv[2], [0, 0, -2 * S, 0, -S - Q, 0, -S], atol=1e-5)
+
+    def test_config_rejects_bad_settings(self):
+        from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+        with pytest.raises(ValueError, match="step_anchor"):
+            GRPOConfig().environment("agentgym/textcraft").training(step_anchor="state").validate()
+        with pytest.raises(ValueError, match="step_advantage_weight"):
+            GRPOConfig().environment("agentgym/textcraft").training(step_advantage_weight=-1.0).validate()

@@ -36,13 +36,14 @@ def _config(estimator: str, **training):
 
 @pytest.mark.parametrize(
     "estimator, training, min_gain",
-    # GRPO runs through the Algorithm below; RLOO and REINFORCE++ share all of its path but
+    # GRPO runs through the Algorithm below; RLOO, GiGPO and REINFORCE++ share all of its path but
     # the advantage function (unit-tested by hand), so they run with `-m slow`. GRPO with
     # positive_advantage_weight 0 learns from its below-baseline samples alone (NSR): their
     # probability goes to every other token of a large vocabulary, mostly non-vowels, so
     # E[r] rises, but by about a tenth of what the full gradient gives (measured +0.011).
     [
         pytest.param("rloo", {}, 0.1, marks=pytest.mark.slow),
+        pytest.param("gigpo", {}, 0.1, marks=pytest.mark.slow),
         pytest.param("reinforce_plus_plus", {}, 0.1, marks=pytest.mark.slow),
         ("gae", {}, 0.1),
         pytest.param("grpo", {"positive_advantage_weight": 0.0}, 0.005, id="grpo-nsr"),

@@ -32,6 +32,7 @@ __all__ = [
     "compute_advantages",
     "dynamic_sampling_keep_mask",
     "gae_advantages",
+    "gigpo_advantages",
     "grpo_advantages",
     "masked_mean",
     "masked_whiten",
@@ -40,6 +41,7 @@ __all__ = [
     "rloo_advantages",
     "to_token_level",
     "token_level_rewards",
+    "turn_index",
     "weight_positive_advantages",
 ]
 
@@ -352,6 +354,74 @@ def gae_advantages(
 
 
 # ----------------------------------------------------------------------------
+# turn-level (step) credit
+# ----------------------------------------------------------------------------
+
+
+def turn_index(response_mask: Tensor) -> Tensor:
+    """Which turn each response token belongs to: k on the tokens of the k-th
+    run of valid tokens of its row (0-based), -1 on masked positions.
+
+    A multi-turn row is prompt, response_0, observation_1, response_1, ...; the
+    model's turns are exactly the runs of mask = 1 between the observation
+    holes. Returns an int64 tensor of the mask's shape.
+    """
+    valid = response_mask.bool()
+    starts = valid.clone()
+    starts[:, 1:] &= ~valid[:, :-1]  # a valid token whose left neighbour is not valid
+    index = torch.cumsum(starts.to(torch.int64), dim=1) - 1
+    return torch.where(valid, index, torch.full_like(index, -1))
+
+
+def gigpo_advantages(
+    rewards: Tensor,
+    group_ids: Tensor,
+    step_returns: Tensor,
+    anchor_ids: Tensor,
+    response_mask: Tensor,
+    step_weight: float = 1.0,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """GiGPO (Feng et al. 2025, "Group-in-Group Policy Optimization for LLM
+    Agent Training"): GRPO's episode advantage plus a step advantage taken
+    among the turns of a group that acted from the same env state.
+
+        A^E_i    = grpo_advantages(R_i; group of i)
+        A^S_{ik} = (G_{ik} - mean_a) / (std_a + eps)     over turns (j, l) with anchor_{jl} = a = anchor_{ik}
+        A_{i,t}  = A^E_i + omega * A^S_{i,k(t)}           k(t) = `turn_index` of token t
+
+    ``step_returns [B, K]`` holds G_{ik}, the (discounted) return from turn k of
+    row i; ``anchor_ids [B, K]`` the id of the state turn k acted from, equal
+    for equal states of the same group and -1 where row i has no turn k.
+    An anchor seen once, or whose returns are all equal, gives A^S = 0 (as
+    `grpo_advantages` does for a group), so with no repeated state GiGPO is
+    GRPO. The step term compares actions taken from one state by their
+    outcomes, which an episode-level advantage cannot: it credits a whole
+    trajectory, good turns and bad alike. omega = ``step_weight``.
+
+    Response tokens past the K-th turn (none, when the arrays come from the
+    same trajectories) get the episode term only. Returns ``(advantages,
+    advantages)``, [B, T], 0 on masked positions, as the other sequence-level
+    estimators do.
+    """
+    episode = grpo_advantages(rewards, group_ids, eps, norm_by_std)
+    present = anchor_ids >= 0
+    step = torch.zeros(step_returns.shape, dtype=torch.float64, device=step_returns.device)
+    if present.any():
+        step[present] = grpo_advantages(step_returns[present].to(torch.float64), anchor_ids[present], eps,
+                                         norm_by_std).to(torch.float64)
+    k = turn_index(response_mask)
+    step = torch.cat([step, torch.zeros_like(step[:, :1])], dim=1)  # column K: 0, for tokens with no turn entry
+    k = torch.where((k >= 0) & (k < step.shape[1] - 1), k, torch.full_like(k, step.shape[1] - 1))
+    per_token = torch.gather(step, 1, k)
+    m = response_mask.to(torch.float64)
+    adv = (episode.to(torch.float64)[:, None] + step_weight * per_token) * m
+    adv = adv.to(_float_dtype(rewards))
+    return adv, adv
+
+
+# ----------------------------------------------------------------------------
 # dispatcher
 # ----------------------------------------------------------------------------
 
@@ -375,6 +445,7 @@ def _rloo(rewards: Tensor, group_ids: Tensor, response_mask: Tensor) -> tuple[Te
 ESTIMATORS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
     "grpo": _grpo,
     "rloo": _rloo,
+    "gigpo": gigpo_advantages,
     "reinforce_plus_plus": reinforce_plus_plus_advantages,
     "gae": gae_advantages,
 }
@@ -387,12 +458,14 @@ def compute_advantages(estimator: str, **kwargs) -> tuple[Tensor, Tensor]:
 
     - ``"grpo"``: rewards, group_ids, response_mask, eps=1e-6, norm_by_std=True
     - ``"rloo"``: rewards, group_ids, response_mask
+    - ``"gigpo"``: rewards, group_ids, step_returns, anchor_ids, response_mask,
+      step_weight=1.0, eps=1e-6, norm_by_std=True
     - ``"reinforce_plus_plus"``: rewards, response_mask, kl_per_token=None,
       kl_coef=0.0, gamma=1.0
     - ``"gae"``: token_rewards, values, response_mask, gamma=1.0, lam=1.0,
       whiten=True
 
-    For the sequence-level estimators (grpo, rloo) the advantage is broadcast
+    For the group estimators (grpo, rloo, gigpo) the advantage is broadcast
     over the response tokens and ``returns`` is the same tensor (there is no
     value function to fit), as in verl.
     """

@@ -50,3 +50,22 @@ def outcome_rewards(trajectories: Sequence[Trajectory], reward_type: str = "retu
         invalid = np.array([sum(turn.invalid_action for turn in t.turns) for t in trajectories], dtype=np.float32)
         rewards = rewards - np.float32(invalid_action_penalty) * invalid
     return rewards
+
+
+def turn_rewards(trajectory: Trajectory, reward_type: str = "return",
+                 invalid_action_penalty: float = 0.0) -> np.ndarray:
+    """[num_turns] float64 rewards r_k of one trajectory's turns, with sum_k r_k equal to
+    its `outcome_rewards` entry: the env's reward of turn k ("return") or 1[success] on
+    the last turn ("success"), minus `invalid_action_penalty` on each invalid turn."""
+    n = len(trajectory.turns)
+    if reward_type == "return":
+        rewards = np.array([turn.reward for turn in trajectory.turns], dtype=np.float64)
+    elif reward_type == "success":
+        rewards = np.zeros(n, dtype=np.float64)
+        if n:
+            rewards[-1] = float(trajectory.success)
+    else:
+        raise ValueError(f"reward_type {reward_type!r} unknown; valid: {list(REWARD_TYPES)}")
+    if invalid_action_penalty:
+        rewards -= invalid_action_penalty * np.array([turn.invalid_action for turn in trajectory.turns], dtype=np.float64)
+    return rewards

@@ -29,6 +29,7 @@ from ray.rllib.utils.metrics import (
 
 from rllib_agentgym.algorithms.advantages import compute_advantages, dynamic_sampling_keep_mask
 from rllib_agentgym.algorithms.rewards import REWARD_TYPES, outcome_rewards
+from rllib_agentgym.algorithms.step_anchors import ANCHOR_KINDS, step_arrays
 from rllib_agentgym.callbacks.scaling_inter import HorizonSchedule, ScalingInterCallback, apply_schedule
 from rllib_agentgym.core.trajectory import Trajectory, pad_batch
 from rllib_agentgym.env_runners.llm_env_runner import FORMAT_ERROR_KINDS, LLMEnvRunner, RolloutResult
@@ -61,6 +62,10 @@ class GRPOConfig(AlgorithmConfig):
         self.invalid_action_penalty = 0.0  # subtracted from the outcome reward per invalid turn (rewards.py)
         self.advantage_estimator = "grpo"
         self.norm_adv_by_std = True
+        # GiGPO (advantage_estimator "gigpo"): omega times the step advantage among turns that
+        # acted from one state (step_anchors.py), discounted by `gamma`, on top of GRPO's.
+        self.step_advantage_weight = 1.0
+        self.step_anchor = "observation"  # "observation" | "history"
         self.positive_advantage_weight = 1.0  # < 1: W-REINFORCE (0.1) / NSR (0), advantages.py
         self.clip_ratio_low = 0.2
         self.clip_ratio_high = 0.2
@@ -104,6 +109,8 @@ class GRPOConfig(AlgorithmConfig):
         invalid_action_penalty: Optional[float] = NotProvided,
         advantage_estimator: Optional[str] = NotProvided,
         norm_adv_by_std: Optional[bool] = NotProvided,
+        step_advantage_weight: Optional[float] = NotProvided,
+        step_anchor: Optional[str] = NotProvided,
         positive_advantage_weight: Optional[float] = NotProvided,
         clip_ratio_low: Optional[float] = NotProvided,
         clip_ratio_high: Optional[float] = NotProvided,
@@ -130,6 +137,7 @@ class GRPOConfig(AlgorithmConfig):
         for name, value in dict(
             reward_type=reward_type, invalid_action_penalty=invalid_action_penalty,
             advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
+            step_advantage_weight=step_advantage_weight, step_anchor=step_anchor,
             positive_advantage_weight=positive_advantage_weight, clip_ratio_low=clip_ratio_low,
             clip_ratio_high=clip_ratio_high, use_kl_loss=use_kl_loss,
             kl_coef=kl_coef, kl_estimator=kl_estimator, loss_agg_mode=loss_agg_mode,
@@ -198,6 +206,10 @@ class GRPOConfig(AlgorithmConfig):
             self._value_error(f"kl_estimator {self.kl_estimator!r} unknown; valid: {list(KL_KINDS)}")
         if not self.invalid_action_penalty >= 0:
             self._value_error(f"invalid_action_penalty must be >= 0, got {self.invalid_action_penalty!r}")
+        if self.step_anchor not in ANCHOR_KINDS:
+            self._value_error(f"step_anchor {self.step_anchor!r} unknown; valid: {list(ANCHOR_KINDS)}")
+        if not self.step_advantage_weight >= 0:
+            self._value_error(f"step_advantage_weight must be >= 0, got {self.step_advantage_weight!r}")
         if not self.positive_advantage_weight >= 0:
             self._value_error(f"positive_advantage_weight must be >= 0, got {self.positive_advantage_weight!r}")
         if self.group_size < 1 or self.tasks_per_iteration < 1:
@@ -366,7 +378,7 @@ class GRPO(Algorithm):
 
             response_mask = overlong_mask(torch.as_tensor(arrays["truncated"]), response_mask)
             arrays["response_mask"] = response_mask.numpy()
-        if cfg.advantage_estimator in ("grpo", "rloo"):
+        if cfg.advantage_estimator in ("grpo", "rloo", "gigpo"):
             # Group baselines need whole groups: computed here, before the batch is
             # sharded across learners. Token-level estimators run in the learner.
             kwargs: dict[str, Any] = dict(
@@ -374,8 +386,13 @@ class GRPO(Algorithm):
                 group_ids=torch.as_tensor(arrays["group_ids"]),
                 response_mask=response_mask,
             )
-            if cfg.advantage_estimator == "grpo":
+            if cfg.advantage_estimator in ("grpo", "gigpo"):
                 kwargs["norm_by_std"] = cfg.norm_adv_by_std
+            if cfg.advantage_estimator == "gigpo":
+                step_returns, anchor_ids = step_arrays(trajectories, cfg.reward_type, cfg.invalid_action_penalty,
+                                                       cfg.gamma, cfg.step_anchor)
+                kwargs.update(step_returns=torch.as_tensor(step_returns), anchor_ids=torch.as_tensor(anchor_ids),
+                              step_weight=cfg.step_advantage_weight)
             advantages, _ = compute_advantages(cfg.advantage_estimator, **kwargs)
             arrays["advantages"] = advantages.numpy().astype(np.float32)
         else:

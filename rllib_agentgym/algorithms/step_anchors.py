@@ -1,0 +1,67 @@
+"""GiGPO's step groups: each turn's return, and which turns of a group acted from the same state.
+
+The episode-level advantage (GRPO) compares whole trajectories of one task. In
+a multi-turn env the samples of a group revisit states: all of them start from
+the task's first observation, and in BabyAI two paths often reach the same
+view of the room. The turns that acted from one such *anchor state* form a
+step group, and comparing their returns credits the action taken there
+(`advantages.gigpo_advantages`). The state is the env's text:
+
+- "observation": the observation the turn acted on (GiGPO's choice; right for
+  envs whose observation describes the state, such as BabyAI's view of the
+  room and SciWorld's `look around`);
+- "history": the observation and every earlier (observation, action) pair of
+  the episode. In a deterministic env the same history from the same task is
+  the same state, so this never merges different states, at the price of fewer
+  merges (TextCraft's `Got 4 oak log` says nothing of the inventory).
+
+Anchors never cross groups: only samples of one task share states.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+import numpy as np
+
+from rllib_agentgym.algorithms.rewards import turn_rewards
+from rllib_agentgym.core.trajectory import Trajectory
+
+ANCHOR_KINDS = ("observation", "history")
+
+
+def discounted_turn_returns(rewards: np.ndarray, gamma: float = 1.0) -> np.ndarray:
+    """G_k = r_k + gamma * G_{k+1}, G_K = 0: the return from turn k on."""
+    returns = np.zeros(len(rewards), dtype=np.float64)
+    carry = 0.0
+    for k in range(len(rewards) - 1, -1, -1):
+        carry = rewards[k] + gamma * carry
+        returns[k] = carry
+    return returns
+
+
+def anchor_key(trajectory: Trajectory, k: int, kind: str = "observation") -> Hashable:
+    """The state turn k of `trajectory` acted from, as `kind` defines it (module doc)."""
+    if kind == "observation":
+        return trajectory.turns[k].observation
+    if kind == "history":
+        earlier = tuple((turn.observation, turn.action) for turn in trajectory.turns[:k])
+        return earlier, trajectory.turns[k].observation
+    raise ValueError(f"step anchor {kind!r} unknown; valid: {list(ANCHOR_KINDS)}")
+
+
+def step_arrays(trajectories: Sequence[Trajectory], reward_type: str = "return", invalid_action_penalty: float = 0.0,
+                gamma: float = 1.0, anchor: str = "observation") -> tuple[np.ndarray, np.ndarray]:
+    """``(step_returns, anchor_ids)``, both [B, K] with K the most turns of a trajectory:
+    G_{ik} of `discounted_turn_returns` over `turn_rewards`, and an id per distinct
+    (group, anchor state), -1 where trajectory i has no turn k."""
+    width = max((len(t.turns) for t in trajectories), default=0)
+    returns = np.zeros((len(trajectories), width), dtype=np.float32)
+    anchor_ids = np.full((len(trajectories), width), -1, dtype=np.int64)
+    ids: dict[tuple[int, Hashable], int] = {}
+    for i, trajectory in enumerate(trajectories):
+        n = len(trajectory.turns)
+        returns[i, :n] = discounted_turn_returns(turn_rewards(trajectory, reward_type, invalid_action_penalty), gamma)
+        for k in range(n):
+            anchor_ids[i, k] = ids.setdefault((trajectory.group_id, anchor_key(trajectory, k, anchor)), len(ids))
+    return returns, anchor_ids
