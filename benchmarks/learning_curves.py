@@ -16,6 +16,10 @@ over seeds. `--plot` draws the curves (one line per seed, the mean bold).
 `--sampled-k K` adds Avg@K at the training temperature on the same test tasks
 before and after training, with the same episode and generation seeds both
 times (a paired comparison over K times the episodes of the greedy pass).
+`--pool N` trains on N fixed train tasks instead (drawn as the ScalingInter
+ablation's `--pool` draws them, so the same N and config give the same pool)
+and evaluates there: Avg@`--pool-k`, paired seeds. It compares how fast two
+settings (e.g. `advantage_estimator`) learn the tasks they train on.
 
 On a CPU shared with other work, wall time stretches with the load; CPU
 seconds (this process and its env-server children) count the work itself.
@@ -81,6 +85,35 @@ def sampled_success(algo, k: int, task_ids: Sequence[int] | None = None, horizon
     counts.update({o.data_idx: sum(o.successes) for o in outcomes_from_trajectories(result.trajectories)})
     return {"k": k, "success_rate": sum(counts.values()) / (k * len(task_ids)), "num_dropped": result.num_dropped,
             "successes_by_task": counts}
+
+
+def training_pool(config: dict[str, Any], size: int, seed: int = 0) -> list[int]:
+    """`size` task ids drawn at random (a fixed `seed`: the same pool for every arm and run)
+    from the config's training split, within its categories.
+
+    Random rather than evenly spaced: ids are often laid out by level (BabyAI's task i is
+    level i % 40 + 1), so an even spacing can land on a handful of levels."""
+    import numpy as np
+
+    from rllib_agentgym.envs.registry import get_spec
+
+    env_config = dict(config.get("env_config") or {})
+    ids = get_spec(config["env"]).task_ids(env_config.get("split", "train"), env_config.get("categories"))
+    if not 1 <= size <= len(ids):
+        raise ValueError(f"--pool {size}: the training split has {len(ids)} tasks in its categories")
+    return sorted(int(i) for i in np.random.default_rng(seed).choice(ids, size=size, replace=False))
+
+
+def pool_arg(text: str) -> int | list[int]:
+    """`--pool`: a number of tasks to draw, or the task ids themselves (comma-separated)."""
+    parts = [p for p in text.split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"--pool {text!r}: a number of tasks or comma-separated task ids")
+    return values if "," in text else values[0]
 
 
 def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print,
@@ -203,6 +236,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--checkpoints", default=None, help="save each seed's final Algorithm under DIR/seed<k>")
     parser.add_argument("--sampled-k", type=int, default=0,
                         help="also Avg@K sampled success on the test tasks before and after training (paired seeds)")
+    parser.add_argument("--pool", type=pool_arg, default=0,
+                        help="train on N fixed train tasks (or these comma-separated task ids) and evaluate there "
+                             "(sampled Avg@k, paired seeds) instead of on the test split")
+    parser.add_argument("--pool-k", type=int, default=8, help="episodes per pool task at each evaluation")
     args = parser.parse_args(argv)
     quiet_logs()
     threads = limit_cpu_threads(args.threads)
@@ -210,6 +247,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     config_file = args.config_file or str(ROOT / "tuned_examples" / f"{args.env}_warmstart_cpu.yaml")
     overrides = parse_json_arg("--config", args.config)
+    evaluate, pool = greedy_success, None
+    if args.pool:
+        base = experiment_config(config_file, overrides)
+        pool = args.pool if isinstance(args.pool, list) else training_pool(base, args.pool)
+        overrides = {**overrides, "env_config": {**dict(base.get("env_config") or {}), "task_ids": pool}}
+
+        def evaluate(algo):
+            return sampled_success(algo, args.pool_k, task_ids=pool)
     init_ray()
     runs = []
     for seed in [int(s) for s in args.seeds.split(",")]:
@@ -218,12 +263,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         checkpoint = str(Path(args.checkpoints).resolve() / f"seed{seed}") if args.checkpoints else None
         runs.append({"seed": seed, **run_curve(config, args.iterations, args.eval_every,
                                                log=lambda m: print(m, file=sys.stderr, flush=True),
-                                               checkpoint_dir=checkpoint, sampled_k=args.sampled_k)})
+                                               checkpoint_dir=checkpoint, sampled_k=args.sampled_k,
+                                               evaluate=evaluate)})
     result = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
               "overrides": overrides, "iterations": args.iterations, "runs": runs, "summary": summarize(runs)}
     if args.plot:
         name = Path(config_file).stem
-        plot_curves({name: runs}, args.plot, f"GRPO from embedded-agent: {name}")
+        labels = {"ylabel": f"success on the {len(pool)} training tasks, Avg@{args.pool_k} (%)"} if pool else {}
+        plot_curves({name: runs}, args.plot, f"GRPO from embedded-agent: {name}", **labels)
     return emit(result, args.out)
 
 

@@ -47,9 +47,11 @@ from benchmarks.learning_curves import (  # noqa: E402
     greedy_success,
     init_ray,
     plot_curves,
+    pool_arg,
     run_curve,
     sampled_success,
     summarize,
+    training_pool,
 )
 
 
@@ -66,35 +68,6 @@ def arms(short: int, long: int, iterations: int) -> dict[str, dict[str, Any]]:
             **evaluation,
         },
     }
-
-
-def training_pool(config: dict[str, Any], size: int, seed: int = 0) -> list[int]:
-    """`size` task ids drawn at random (a fixed `seed`: the same pool for every arm and run)
-    from the config's training split, within its categories.
-
-    Random rather than evenly spaced: ids are often laid out by level (BabyAI's task i is
-    level i % 40 + 1), so an even spacing can land on a handful of levels."""
-    import numpy as np
-
-    from rllib_agentgym.envs.registry import get_spec
-
-    env_config = dict(config.get("env_config") or {})
-    ids = get_spec(config["env"]).task_ids(env_config.get("split", "train"), env_config.get("categories"))
-    if not 1 <= size <= len(ids):
-        raise ValueError(f"--pool {size}: the training split has {len(ids)} tasks in its categories")
-    return sorted(int(i) for i in np.random.default_rng(seed).choice(ids, size=size, replace=False))
-
-
-def pool_arg(text: str) -> int | list[int]:
-    """`--pool`: a number of tasks to draw, or the task ids themselves (comma-separated)."""
-    parts = [p for p in text.split(",") if p.strip()]
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        values = []
-    if not values:
-        raise argparse.ArgumentTypeError(f"--pool {text!r}: a number of tasks or comma-separated task ids")
-    return values if "," in text else values[0]
 
 
 def resumable_runs(path: str, config_file: str, iterations: int, common: dict[str, Any],

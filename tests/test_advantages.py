@@ -405,12 +405,15 @@ class TestGiGPO:
         close(turn_index(m), [[-1, 0, 0, -1, -1, 1, -1, 2], [0, 0, 0, 0, -1, -1, -1, -1]])
 
     def test_step_arrays_by_hand(self):
-        from rllib_agentgym.algorithms.step_anchors import step_arrays
+        from rllib_agentgym.algorithms.step_anchors import shared_turn_fraction, step_arrays
 
         returns, anchors = step_arrays(self.trajectories())
         assert returns.tolist() == [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
         # s0 -> 0, s1 -> 1, s2 -> 2, s3 -> 3; -1 where an episode has no such turn.
         assert anchors.tolist() == [[0, 1, -1], [0, 2, -1], [0, 1, 3]]
+        # 5 of the 7 turns act from a state another turn shares (s0 three times, s1 twice).
+        assert shared_turn_fraction(anchors) == pytest.approx(5 / 7)
+        assert math.isnan(shared_turn_fraction(np.full((2, 0), -1)))
 
     def test_hand_values(self):
         from rllib_agentgym.algorithms.step_anchors import step_arrays

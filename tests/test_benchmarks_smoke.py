@@ -84,7 +84,7 @@ def test_scaling_inter_training_pool_draws_across_levels_and_parses_ids():
 
     import pytest
 
-    from benchmarks.scaling_inter_ablation import pool_arg, training_pool
+    from benchmarks.learning_curves import pool_arg, training_pool
     from rllib_agentgym.envs.registry import get_spec
 
     config = {"env": "agentgym/babyai", "env_config": {"split": "train", "categories": ["GoTo", "Open"]}}

@@ -189,3 +189,17 @@ def test_grpo_raises_success_on_the_tasks_it_trains_on(ray_local, env):
     print("successes of 16 per task, before -> after:", before, after)
     assert rate_after >= rate_before + 0.1, (before, after)
     assert sum(after[i] > before[i] for i in pool) >= 5, (before, after)
+
+
+def test_gigpo_algorithm_logs_its_step_groups(ray_local):
+    """GiGPO through RLlib's Algorithm: a group's episodes all start from the task's prompt,
+    so on the one-turn bandit every turn shares its state and gets a step advantage."""
+    cfg = _config("gigpo")
+    cfg.log_trajectories = 0
+    algo = cfg.build_algo()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert result["env_runners"]["step_anchor_shared_fraction"] == 1.0
+    assert result["learners"]["default_policy"]["policy_loss"] != 0.0

@@ -65,3 +65,13 @@ def step_arrays(trajectories: Sequence[Trajectory], reward_type: str = "return",
         for k in range(n):
             anchor_ids[i, k] = ids.setdefault((trajectory.group_id, anchor_key(trajectory, k, anchor)), len(ids))
     return returns, anchor_ids
+
+
+def shared_turn_fraction(anchor_ids: np.ndarray) -> float:
+    """The share of turns whose anchor state another turn of the group also acted from:
+    the turns that get a step advantage at all (GiGPO's diagnostic; nan with no turns)."""
+    present = anchor_ids[anchor_ids >= 0]
+    if present.size == 0:
+        return float("nan")
+    _, inverse, counts = np.unique(present, return_inverse=True, return_counts=True)
+    return float(np.mean(counts[inverse] > 1))

@@ -29,7 +29,7 @@ from ray.rllib.utils.metrics import (
 
 from rllib_agentgym.algorithms.advantages import compute_advantages, dynamic_sampling_keep_mask
 from rllib_agentgym.algorithms.rewards import REWARD_TYPES, outcome_rewards
-from rllib_agentgym.algorithms.step_anchors import ANCHOR_KINDS, step_arrays
+from rllib_agentgym.algorithms.step_anchors import ANCHOR_KINDS, shared_turn_fraction, step_arrays
 from rllib_agentgym.callbacks.scaling_inter import HorizonSchedule, ScalingInterCallback, apply_schedule
 from rllib_agentgym.core.trajectory import Trajectory, pad_batch
 from rllib_agentgym.env_runners.llm_env_runner import FORMAT_ERROR_KINDS, LLMEnvRunner, RolloutResult
@@ -468,6 +468,9 @@ class GRPO(Algorithm):
             "generation_s": gen_s,
             "env_s": sum(r.env_s for r in rollouts),
         }
+        if self.config.advantage_estimator == "gigpo" and n:
+            _, anchor_ids = step_arrays(trajectories, anchor=self.config.step_anchor)
+            stats["step_anchor_shared_fraction"] = shared_turn_fraction(anchor_ids)
         for name, value in stats.items():
             log((key, name), value, window=1)
         for kind in FORMAT_ERROR_KINDS:
