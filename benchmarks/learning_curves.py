@@ -116,6 +116,20 @@ def pool_arg(text: str) -> int | list[int]:
     return values if "," in text else values[0]
 
 
+def pool_setting(config_file: str, overrides: dict[str, Any], pool: int | list[int], k: int):
+    """`--pool`: (overrides that train on the pool, its task ids, an evaluation of Avg@k on it).
+
+    `pool` is a number of tasks to draw (`training_pool`) or the ids themselves."""
+    base = experiment_config(config_file, overrides)
+    task_ids = pool if isinstance(pool, list) else training_pool(base, pool)
+    overrides = {**overrides, "env_config": {**dict(base.get("env_config") or {}), "task_ids": task_ids}}
+
+    def evaluate(algo):
+        return sampled_success(algo, k, task_ids=task_ids)
+
+    return overrides, task_ids, evaluate
+
+
 def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print,
               checkpoint_dir: str | None = None, sampled_k: int = 0,
               evaluate: Callable[[Any], dict[str, Any]] = greedy_success) -> dict[str, Any]:
@@ -249,12 +263,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     overrides = parse_json_arg("--config", args.config)
     evaluate, pool = greedy_success, None
     if args.pool:
-        base = experiment_config(config_file, overrides)
-        pool = args.pool if isinstance(args.pool, list) else training_pool(base, args.pool)
-        overrides = {**overrides, "env_config": {**dict(base.get("env_config") or {}), "task_ids": pool}}
-
-        def evaluate(algo):
-            return sampled_success(algo, args.pool_k, task_ids=pool)
+        overrides, pool, evaluate = pool_setting(config_file, overrides, args.pool, args.pool_k)
     init_ray()
     runs = []
     for seed in [int(s) for s in args.seeds.split(",")]:

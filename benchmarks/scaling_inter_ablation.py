@@ -48,10 +48,9 @@ from benchmarks.learning_curves import (  # noqa: E402
     init_ray,
     plot_curves,
     pool_arg,
+    pool_setting,
     run_curve,
-    sampled_success,
     summarize,
-    training_pool,
 )
 
 
@@ -114,12 +113,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     common = parse_json_arg("--config", args.config)
     evaluate = greedy_success
     if args.pool:
-        base = experiment_config(config_file, common)
-        pool = args.pool if isinstance(args.pool, list) else training_pool(base, args.pool)
-        common = {**common, "env_config": {**dict(base.get("env_config") or {}), "task_ids": pool}}
-
-        def evaluate(algo):
-            return sampled_success(algo, args.pool_k, task_ids=pool)
+        common, pool, evaluate = pool_setting(config_file, common, args.pool, args.pool_k)
     arm_overrides = arms(args.short, args.long, args.iterations)
     relative_config = os.path.relpath(config_file, ROOT)
     kept = resumable_runs(args.resume, relative_config, args.iterations, common, arm_overrides) if args.resume else {}
