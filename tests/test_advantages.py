@@ -465,10 +465,12 @@ class TestGiGPO:
 
     def test_discounted_returns_and_turn_rewards_sum_to_the_outcome(self):
         from rllib_agentgym.algorithms.rewards import outcome_rewards, turn_rewards
-        from rllib_agentgym.algorithms.step_anchors import discounted_turn_returns
+        from rllib_agentgym.algorithms.step_anchors import step_arrays
 
-        assert discounted_turn_returns(np.array([0.0, 0.0, 1.0]), 0.5).tolist() == [0.25, 0.5, 1.0]
         trajs = self.trajectories()
+        trajs[2].turns[2].reward = 1.0  # c's reward on its last turn: returns 0.25, 0.5, 1 at gamma 0.5
+        assert step_arrays([trajs[2]], gamma=0.5)[0].tolist() == [[0.25, 0.5, 1.0]]
+        trajs[2].turns[2].reward = 0.0
         trajs[2].turns[1].invalid_action = True
         for reward_type in ("return", "success"):
             sums = [turn_rewards(t, reward_type, 0.1).sum() for t in trajs]

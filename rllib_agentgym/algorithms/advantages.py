@@ -409,8 +409,7 @@ def gigpo_advantages(
     present = anchor_ids >= 0
     step = torch.zeros(step_returns.shape, dtype=torch.float64, device=step_returns.device)
     if present.any():
-        step[present] = grpo_advantages(step_returns[present].to(torch.float64), anchor_ids[present], eps,
-                                         norm_by_std).to(torch.float64)
+        step[present] = grpo_advantages(step_returns[present].to(torch.float64), anchor_ids[present], eps, norm_by_std)
     k = turn_index(response_mask)
     step = torch.cat([step, torch.zeros_like(step[:, :1])], dim=1)  # column K: 0, for tokens with no turn entry
     k = torch.where((k >= 0) & (k < step.shape[1] - 1), k, torch.full_like(k, step.shape[1] - 1))

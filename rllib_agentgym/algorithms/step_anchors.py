@@ -23,21 +23,13 @@ from __future__ import annotations
 from typing import Hashable, Sequence
 
 import numpy as np
+import torch
 
+from rllib_agentgym.algorithms.advantages import reinforce_pp_returns
 from rllib_agentgym.algorithms.rewards import turn_rewards
 from rllib_agentgym.core.trajectory import Trajectory
 
 ANCHOR_KINDS = ("observation", "history")
-
-
-def discounted_turn_returns(rewards: np.ndarray, gamma: float = 1.0) -> np.ndarray:
-    """G_k = r_k + gamma * G_{k+1}, G_K = 0: the return from turn k on."""
-    returns = np.zeros(len(rewards), dtype=np.float64)
-    carry = 0.0
-    for k in range(len(rewards) - 1, -1, -1):
-        carry = rewards[k] + gamma * carry
-        returns[k] = carry
-    return returns
 
 
 def anchor_key(trajectory: Trajectory, k: int, kind: str = "observation") -> Hashable:
@@ -53,18 +45,19 @@ def anchor_key(trajectory: Trajectory, k: int, kind: str = "observation") -> Has
 def step_arrays(trajectories: Sequence[Trajectory], reward_type: str = "return", invalid_action_penalty: float = 0.0,
                 gamma: float = 1.0, anchor: str = "observation") -> tuple[np.ndarray, np.ndarray]:
     """``(step_returns, anchor_ids)``, both [B, K] with K the most turns of a trajectory:
-    G_{ik} of `discounted_turn_returns` over `turn_rewards`, and an id per distinct
-    (group, anchor state), -1 where trajectory i has no turn k."""
+    the return from turn k on, G_k = r_k + gamma * G_{k+1} over `turn_rewards`
+    (`advantages.reinforce_pp_returns` with the turns as timesteps), and an id per
+    distinct (group, anchor state), -1 where trajectory i has no turn k."""
     width = max((len(t.turns) for t in trajectories), default=0)
-    returns = np.zeros((len(trajectories), width), dtype=np.float32)
+    rewards = np.zeros((len(trajectories), width), dtype=np.float64)
     anchor_ids = np.full((len(trajectories), width), -1, dtype=np.int64)
     ids: dict[tuple[int, Hashable], int] = {}
     for i, trajectory in enumerate(trajectories):
-        n = len(trajectory.turns)
-        returns[i, :n] = discounted_turn_returns(turn_rewards(trajectory, reward_type, invalid_action_penalty), gamma)
-        for k in range(n):
+        rewards[i, : len(trajectory.turns)] = turn_rewards(trajectory, reward_type, invalid_action_penalty)
+        for k in range(len(trajectory.turns)):
             anchor_ids[i, k] = ids.setdefault((trajectory.group_id, anchor_key(trajectory, k, anchor)), len(ids))
-    return returns, anchor_ids
+    returns = reinforce_pp_returns(torch.from_numpy(rewards), torch.from_numpy(anchor_ids >= 0), gamma)
+    return returns.numpy().astype(np.float32), anchor_ids
 
 
 def shared_turn_fraction(anchor_ids: np.ndarray) -> float:
