@@ -9,7 +9,8 @@ else; then it answers greedily on every test task (exact match). No system
 prompt and a one-line answer: a lower bound on what the agent recipe needs.
 
 Options mirror what docs/learning.md section 2 compares: `--renamed` (share of
-examples with items renamed, envs/textcraft/augment.py), `--curriculum` (each
+examples with items renamed, envs/textcraft/augment.py; `--names compositional`
+renames onto made-up names), `--curriculum` (each
 example's number of distractor commands drawn from 0..10 instead of always
 10), `--lr` and `--warmup` steps, `--model` (another model size), and
 `--induction-steps` of induction pretraining first (not counted in `--seconds`).
@@ -34,16 +35,17 @@ from benchmarks.common import emit, meta  # noqa: E402
 DISTRACTOR_CHOICES = (0, 1, 2, 3, 5, 10)
 
 
-def lookup_example(data_idx: int, distractors: int, rng: random.Random | None, tokenizer) -> tuple[str, str]:
+def lookup_example(data_idx: int, distractors: int, rng: random.Random | None, tokenizer,
+                   names: str = "items") -> tuple[str, str]:
     """(chat prompt, answer) of one task: its first observation -> the goal's command line."""
     from envs.textcraft import tasks
-    from envs.textcraft.augment import rename_items
+    from envs.textcraft.augment import rename_items, rename_items_compositional
 
     task = tasks.build_task(data_idx, distractors)
     conversation = {"messages": [{"role": "user", "content": task.observation()},
                                  {"role": "assistant", "content": task.tree[0].command()}]}
     if rng is not None:
-        conversation = rename_items(conversation, rng)
+        conversation = (rename_items_compositional if names == "compositional" else rename_items)(conversation, rng)
     prompt = tokenizer.apply_chat_template(conversation["messages"][:1], tokenize=False, add_generation_prompt=True)
     return prompt, conversation["messages"][1]["content"]
 
@@ -84,6 +86,8 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=540)
     parser.add_argument("--renamed", type=float, default=0.5, help="share of training examples with renamed items")
+    parser.add_argument("--names", choices=("items", "compositional"), default="items",
+                        help="renamed items get other real item names, or made-up ones from their words")
     parser.add_argument("--curriculum", action="store_true", help="draw each example's distractor count from 0..10")
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--warmup", type=int, default=30, help="linear lr warm-up steps")
@@ -122,7 +126,7 @@ def main(argv=None) -> dict:
     started, steps, curve = time.perf_counter(), 0, []
     while time.perf_counter() - started < args.seconds:
         rows = [lookup_example(rng.choice(train_ids), rng.choice(DISTRACTOR_CHOICES) if args.curriculum else 10,
-                               rng if rng.random() < args.renamed else None, tokenizer)
+                               rng if rng.random() < args.renamed else None, tokenizer, args.names)
                 for _ in range(args.batch_size)]
         ids, labels, mask = make_batch(rows, tokenizer)
         with torch.autocast("cpu", dtype=torch.bfloat16):

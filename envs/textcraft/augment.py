@@ -63,6 +63,31 @@ def rename_items(conversation: dict[str, Any], rng: random.Random, pool: list[st
     return rename(conversation, dict(zip(items, rng.sample(pool, len(items)))))
 
 
+def compositional_names(rng: random.Random, count: int, items: list[str] | None = None) -> list[str]:
+    """`count` distinct made-up item names: each real name's word count, its words drawn at random
+    from the words of all item names ("copper shard", "oak beacon stairs").
+
+    Real names keep their bigrams ("acacia" is followed by "planks", "slab", ...), so a model can
+    guess the second word of a renamed item from the first; in made-up names only the context
+    predicts it.
+    """
+    items = sorted(load_recipe_book().items) if items is None else items
+    words = sorted({w for item in items for w in item.split()})
+    names: list[str] = []
+    while len(names) < count:
+        name = " ".join(rng.choice(words) for _ in rng.choice(items).split())
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def rename_items_compositional(conversation: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """`rename_items` onto made-up names (`compositional_names`) instead of other real item names."""
+    first_user = next((m for m in conversation["messages"] if m["role"] == "user"), None)
+    count = len(task_items(first_user["content"])) if first_user else 0
+    return rename_items(conversation, rng, pool=compositional_names(rng, count) if count else None)
+
+
 def rename(conversation: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
     """A copy of `conversation` with every whole-name occurrence of a `mapping` key replaced by its value
     (all at once, in the non-system messages); the mapping is recorded as `renamed_items`."""

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from envs.textcraft import tasks
-from envs.textcraft.augment import rename, rename_items, task_items
+from envs.textcraft.augment import compositional_names, rename, rename_items, rename_items_compositional, task_items
 from envs.textcraft.env import TextCraftEnv
 from rllib_agentgym.data.conversations import load_jsonl
 from rllib_agentgym.data.experts import expert_episode, main as experts_main, with_augmented_copies
@@ -40,10 +40,11 @@ def _commands(observation: str) -> dict[str, tuple[int, dict[str, int]]]:
     return commands
 
 
-def test_renamed_actions_follow_the_renamed_commands(conversations):
+@pytest.mark.parametrize("renamer", [rename_items, rename_items_compositional])
+def test_renamed_actions_follow_the_renamed_commands(conversations, renamer):
     rng = random.Random(0)
     for original in conversations:
-        renamed = rename_items(original, rng)
+        renamed = renamer(original, rng)
         mapping = renamed["renamed_items"]
         assert set(mapping) == task_items(original["messages"][1]["content"])
         assert len(set(mapping.values())) == len(mapping)
@@ -65,6 +66,15 @@ def test_renamed_actions_follow_the_renamed_commands(conversations):
             else:  # a get: of an item no listed command makes (a base item in this renamed world)
                 item = action.split(" ", 2)[2]
                 assert action.startswith("get ") and item in mapping.values() and item not in commands
+
+
+def test_compositional_names_recombine_item_words():
+    items = ["oak planks", "copper ingot", "stone", "dark oak log"]
+    names = compositional_names(random.Random(0), 12, items)
+    words = {w for item in items for w in item.split()}
+    assert len(set(names)) == 12
+    assert all(set(name.split()) <= words and 1 <= len(name.split()) <= 3 for name in names)
+    assert len(set(names) - set(items)) >= 8  # at most 4 of 12 distinct names can be real ones
 
 
 def test_renaming_back_restores_the_original(conversations):
