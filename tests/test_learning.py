@@ -191,6 +191,39 @@ def test_grpo_raises_success_on_the_tasks_it_trains_on(ray_local, env):
     assert sum(after[i] > before[i] for i in pool) >= 5, (before, after)
 
 
+def test_critic_warmup_trains_the_value_head_alone_first(ray_local):
+    """PPO's `critic_warmup`: for its first iterations only the value head moves (the LLM's
+    weights stay the ones that sampled), afterwards the policy learns too."""
+    cfg = _config("gae", critic_warmup=2)
+    cfg.log_trajectories = 0
+    algo = cfg.build_algo()
+    module = algo.learner_group._learner.module["default_policy"].unwrapped()
+
+    def snapshot() -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.cat([p.detach().flatten() for p in module.llm.parameters()]).clone(),
+                torch.cat([p.detach().flatten() for p in module.value_head.parameters()]).clone())
+
+    try:
+        llm0, head0 = snapshot()
+        for _ in range(2):
+            assert algo.train()["learners"]["default_policy"]["vf_loss"] > 0.0
+        llm_warm, head_warm = snapshot()
+        algo.train()
+        llm_after, _ = snapshot()
+    finally:
+        algo.stop()
+    assert torch.equal(llm_warm, llm0)
+    assert not torch.equal(head_warm, head0)
+    assert not torch.equal(llm_after, llm_warm)
+
+
+def test_critic_warmup_needs_a_critic():
+    with pytest.raises(ValueError, match="critic_warmup needs a critic"):
+        _config("grpo", critic_warmup=1).validate()
+    with pytest.raises(ValueError, match="critic_warmup must be >= 0"):
+        _config("gae", critic_warmup=-1).validate()
+
+
 def test_gigpo_algorithm_logs_its_step_groups(ray_local):
     """GiGPO through RLlib's Algorithm: a group's episodes all start from the task's prompt,
     so on the one-turn bandit every turn shares its state and gets a step advantage."""

@@ -28,6 +28,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rllib_agentgym.algorithms.advantages import compute_advantages, dynamic_sampling_keep_mask
+from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import CRITIC_ONLY
 from rllib_agentgym.algorithms.rewards import REWARD_TYPES, outcome_rewards
 from rllib_agentgym.algorithms.step_anchors import ANCHOR_KINDS, shared_turn_fraction, step_arrays
 from rllib_agentgym.callbacks.scaling_inter import HorizonSchedule, ScalingInterCallback, apply_schedule
@@ -88,6 +89,9 @@ class GRPOConfig(AlgorithmConfig):
         self.vf_lr = 1e-5
         self.vf_loss_coeff = 0.5
         self.vf_clip_param = 0.2
+        # Iterations at the start in which only the critic learns (verl's critic_warmup): a fresh
+        # value head's first estimates are noise, and GAE advantages built on them would be too.
+        self.critic_warmup = 0
         # LoRA through peft: {r, alpha, dropout, target_modules}; None trains all weights.
         self.lora = None
         self.weight_decay = 0.0
@@ -129,6 +133,7 @@ class GRPOConfig(AlgorithmConfig):
         vf_lr: Optional[float] = NotProvided,
         vf_loss_coeff: Optional[float] = NotProvided,
         vf_clip_param: Optional[float] = NotProvided,
+        critic_warmup: Optional[int] = NotProvided,
         lora: Optional[dict] = NotProvided,
         weight_decay: Optional[float] = NotProvided,
         **kwargs,
@@ -145,7 +150,7 @@ class GRPOConfig(AlgorithmConfig):
             tasks_per_iteration=tasks_per_iteration, dynamic_sampling=dynamic_sampling,
             dynamic_sampling_max_rounds=dynamic_sampling_max_rounds, overlong_filter=overlong_filter,
             kl_in_reward_coef=kl_in_reward_coef, vf_lr=vf_lr, vf_loss_coeff=vf_loss_coeff,
-            vf_clip_param=vf_clip_param, lora=lora, weight_decay=weight_decay,
+            vf_clip_param=vf_clip_param, critic_warmup=critic_warmup, lora=lora, weight_decay=weight_decay,
         ).items():
             if value is not NotProvided:
                 setattr(self, name, value)
@@ -214,6 +219,10 @@ class GRPOConfig(AlgorithmConfig):
             self._value_error(f"positive_advantage_weight must be >= 0, got {self.positive_advantage_weight!r}")
         if self.group_size < 1 or self.tasks_per_iteration < 1:
             self._value_error("group_size and tasks_per_iteration must be >= 1")
+        if self.critic_warmup < 0:
+            self._value_error(f"critic_warmup must be >= 0, got {self.critic_warmup!r}")
+        if self.critic_warmup and self.advantage_estimator != "gae":
+            self._value_error(f"critic_warmup needs a critic: advantage_estimator 'gae', not {self.advantage_estimator!r}")
         HorizonSchedule.from_config(self.scaling_inter, self.max_turns)  # raises on a bad schedule
         callbacks = self.callbacks_class if isinstance(self.callbacks_class, (list, tuple)) else [self.callbacks_class]
         if not any(isinstance(c, type) and issubclass(c, ScalingInterCallback) for c in callbacks):
@@ -328,7 +337,8 @@ class GRPO(Algorithm):
                 timesteps={
                     NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
                         (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
-                    )
+                    ),
+                    CRITIC_ONLY: self.iteration < cfg.critic_warmup,
                 },
             )
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)

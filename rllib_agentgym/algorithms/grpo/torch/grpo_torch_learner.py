@@ -8,6 +8,8 @@ Per `update()` call (one training batch):
     estimators that need them (REINFORCE++'s KL-shaped returns, GAE). GRPO
     and RLOO advantages arrive precomputed: they need whole groups, and
     several learners each get only a shard of the batch.
+  * during `critic_warmup` iterations (PPO), only the value loss is trained
+    and only the value head steps; the policy stays the one that sampled.
   * per minibatch (RLlib's `minibatch_size` / `num_epochs` iterator): the
     minibatch is cut into micro-batches of `micro_batch_size` trajectories
     whose gradients accumulate, normalized by the whole minibatch's token and
@@ -43,6 +45,7 @@ VF_LOSS = "vf_loss"
 KL = "kl"
 ENTROPY = "entropy"
 VALUE_OPTIMIZER = "value"
+CRITIC_ONLY = "critic_only"  # a `timesteps` key of update(): this batch trains the critic alone (critic_warmup)
 TOKEN_LEVEL_ESTIMATORS = ("reinforce_plus_plus", "gae")
 SUMMED_STATS = {POLICY_LOSS, VF_LOSS, KL, ENTROPY, "sft_loss", "sft_observation_loss"}  # aggregated with the minibatch's counts
 
@@ -90,12 +93,21 @@ class GRPOTorchLearner(TorchLearner):
             cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS and cfg.kl_in_reward_coef > 0
         )
 
+    def before_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
+        super().before_gradient_based_update(timesteps=timesteps)
+        self._critic_only = bool(timesteps.get(CRITIC_ONLY, False))
+
     def _rl_module(self, module_id=DEFAULT_MODULE_ID):
         return self.module[module_id].unwrapped()
 
+    def _value_head_parameters(self, module_id) -> list[torch.nn.Parameter]:
+        module = self._module[module_id]
+        module = module.unwrapped() if hasattr(module, "unwrapped") else module
+        return list(module.value_head.parameters()) if getattr(module, "value_head", None) is not None else []
+
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         module = self._module[module_id].unwrapped() if hasattr(self._module[module_id], "unwrapped") else self._module[module_id]
-        head = list(module.value_head.parameters()) if getattr(module, "value_head", None) is not None else []
+        head = self._value_head_parameters(module_id)
         head_ids = {id(p) for p in head}
         policy = [p for p in self.get_parameters(self._module[module_id]) if p.requires_grad and id(p) not in head_ids]
         self.register_optimizer(
@@ -221,6 +233,12 @@ class GRPOTorchLearner(TorchLearner):
         losses = {}
         for module_id, module_batch in batch.items():
             losses[module_id] = self._accumulate_gradients(module_id, module_batch)
+        if getattr(self, "_critic_only", False):
+            # The value loss reaches the shared trunk through its hidden states; keep the policy still.
+            heads = {id(p) for mid in batch for p in self._value_head_parameters(mid)}
+            for p in self._params.values():
+                if id(p) not in heads:
+                    p.grad = None
         grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
         self.apply_gradients(self.postprocess_gradients(grads))
         return {}, losses, {}
@@ -278,6 +296,8 @@ class GRPOTorchLearner(TorchLearner):
             **counts,
         )
         out = {POLICY_LOSS: loss.detach(), **stats}
+        if getattr(self, "_critic_only", False):
+            loss = torch.zeros((), device=logprobs.device)  # critic_warmup: the value loss alone
         if "ref_logprobs" in batch:
             kl = aggregate_loss(kl_penalty(logprobs, batch["ref_logprobs"], cfg.kl_estimator), mask, cfg.loss_agg_mode, **counts)
             if cfg.use_kl_loss and cfg.kl_coef > 0:
