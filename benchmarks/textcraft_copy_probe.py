@@ -39,13 +39,13 @@ def lookup_example(data_idx: int, distractors: int, rng: random.Random | None, t
                    names: str = "items") -> tuple[str, str]:
     """(chat prompt, answer) of one task: its first observation -> the goal's command line."""
     from envs.textcraft import tasks
-    from envs.textcraft.augment import rename_items, rename_items_compositional
+    from envs.textcraft.augment import rename_items
 
     task = tasks.build_task(data_idx, distractors)
     conversation = {"messages": [{"role": "user", "content": task.observation()},
                                  {"role": "assistant", "content": task.tree[0].command()}]}
     if rng is not None:
-        conversation = (rename_items_compositional if names == "compositional" else rename_items)(conversation, rng)
+        conversation = rename_items(conversation, rng, names=names)
     prompt = tokenizer.apply_chat_template(conversation["messages"][:1], tokenize=False, add_generation_prompt=True)
     return prompt, conversation["messages"][1]["content"]
 

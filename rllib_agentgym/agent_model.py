@@ -52,6 +52,7 @@ class ExpertData:
     max_turns: int
     env_options: tuple[tuple[str, object], ...] = ()
     augmented_copies: int = 0
+    augment_options: tuple[tuple[str, object], ...] = ()  # the augmentation's options, e.g. names
     expert_options: tuple[tuple[str, object], ...] = ()  # the family ExpertAgent's options, e.g. thoughts
     shuffle_tasks: bool = False  # visit the split in a seeded random order (num < split: a spread of task types)
 
@@ -101,7 +102,7 @@ class AgentRecipe:
 # out of the cache key, so adding an option does not invalidate models built before it.
 _NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0, "induction_steps": 0,
                    "copy_conversations": 0}
-_NEUTRAL_DATA = {"augmented_copies": 0, "expert_options": (), "shuffle_tasks": False}
+_NEUTRAL_DATA = {"augmented_copies": 0, "augment_options": (), "expert_options": (), "shuffle_tasks": False}
 
 
 def _key_fields(recipe: dict) -> dict:
@@ -214,7 +215,8 @@ def write_expert_data(recipe: AgentRecipe, folder: Path, log: Callable[[str], No
         rows = expert_conversations(item.env, "train", item.num, max_steps=item.max_turns,
                                     env_options=dict(item.env_options), expert_options=dict(item.expert_options),
                                     shuffle_seed=recipe.seed + i if item.shuffle_tasks else None)
-        rows = with_augmented_copies(rows, item.env, item.augmented_copies, seed=recipe.seed + i)
+        rows = with_augmented_copies(rows, item.env, item.augmented_copies, seed=recipe.seed + i,
+                                     options=dict(item.augment_options))
         path = folder / f"{i}-{family_name(item.env)}.jsonl"
         n = write_jsonl(path, rows)
         copies = f", {item.augmented_copies} augmented copies each" if item.augmented_copies else ""

@@ -43,13 +43,19 @@ def task_items(observation: str) -> set[str]:
     return items
 
 
-def rename_items(conversation: dict[str, Any], rng: random.Random, pool: list[str] | None = None) -> dict[str, Any]:
+NAME_KINDS = ("items", "compositional")
+
+
+def rename_items(conversation: dict[str, Any], rng: random.Random, pool: list[str] | None = None,
+                 names: str = "items") -> dict[str, Any]:
     """A copy of `conversation` with each of its task's items renamed to a distinct name from `pool`.
 
-    `pool` defaults to every item of the recipe book. The system prompt (generic
-    examples, not the task) is left as is; the first user message must be the
-    task's observation.
+    `pool` defaults to every item of the recipe book (`names="items"`) or to made-up names
+    (`names="compositional"`, `compositional_names`). The system prompt (generic examples, not
+    the task) is left as is; the first user message must be the task's observation.
     """
+    if names not in NAME_KINDS:
+        raise ValueError(f"names {names!r} unknown; valid: {list(NAME_KINDS)}")
     messages = conversation["messages"]
     first_user = next((m for m in messages if m["role"] == "user"), None)
     if first_user is None:
@@ -57,7 +63,8 @@ def rename_items(conversation: dict[str, Any], rng: random.Random, pool: list[st
     items = sorted(task_items(first_user["content"]))
     if not items:
         raise ValueError("no crafting commands or goal found in the first user message")
-    pool = sorted(load_recipe_book().items) if pool is None else pool
+    if pool is None:
+        pool = compositional_names(rng, len(items)) if names == "compositional" else sorted(load_recipe_book().items)
     if len(pool) < len(items):
         raise ValueError(f"a pool of {len(pool)} names cannot rename {len(items)} items")
     return rename(conversation, dict(zip(items, rng.sample(pool, len(items)))))
@@ -79,13 +86,6 @@ def compositional_names(rng: random.Random, count: int, items: list[str] | None 
         if name not in names:
             names.append(name)
     return names
-
-
-def rename_items_compositional(conversation: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    """`rename_items` onto made-up names (`compositional_names`) instead of other real item names."""
-    first_user = next((m for m in conversation["messages"] if m["role"] == "user"), None)
-    count = len(task_items(first_user["content"])) if first_user else 0
-    return rename_items(conversation, rng, pool=compositional_names(rng, count) if count else None)
 
 
 def rename(conversation: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:

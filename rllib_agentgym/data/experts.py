@@ -9,7 +9,9 @@ takes `thoughts="steps"|"plan"`: `--expert-options '{"thoughts": "plan"}'`); the
 family's spec turns a step into the model turn (`EnvSpec.format_response`,
 e.g. ReAct "Thought: ...\\nAction: ..."). Only successful episodes are kept.
 `--augmented-copies N` adds N variants of each from the family's augmentation
-(`EnvSpec.augment`; TextCraft renames the items, `envs/textcraft/augment.py`).
+(`EnvSpec.augment`; TextCraft renames the items, `envs/textcraft/augment.py`),
+with `--augment-options` as its keyword arguments (TextCraft: `{"names":
+"compositional"}` for made-up names).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import argparse
 import json
 import logging
 import random
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rllib_agentgym.envs.registry import family_name, get_spec
 
@@ -85,13 +87,22 @@ def expert_conversations(env: str, split: str = "train", num: int = 100, max_ste
         instance.close()
 
 
-def with_augmented_copies(rows: Iterable[dict], env: str, copies: int, seed: int = 0) -> Iterator[dict]:
+def with_augmented_copies(rows: Iterable[dict], env: str, copies: int, seed: int = 0,
+                          options: dict | None = None) -> Iterator[dict]:
     """Each row, then `copies` variants of it from the env family's augmentation (`EnvSpec.augment`,
-    seeded), e.g. TextCraft's item renaming; the rows as they are for 0 copies. A family without an
-    augmentation is a ValueError, raised here (before any row is generated)."""
+    seeded, called with the keyword `options`), e.g. TextCraft's item renaming; the rows as they are
+    for 0 copies. A family without an augmentation, or options it does not take, is a ValueError,
+    raised here (before any row is generated)."""
     if copies < 0:
         raise ValueError(f"augmented copies must be >= 0, got {copies}")
     augment = get_spec(env).load_augment() if copies else None
+    if augment is not None and options:
+        import functools
+
+        unknown, known = keyword_check(augment, options, positional=2)  # after (conversation, rng)
+        if unknown:
+            raise ValueError(f"augment options {unknown} unknown; {augment.__name__} takes {known or 'none'}")
+        augment = functools.partial(augment, **options)
 
     def rows_and_copies() -> Iterator[dict]:
         rng = random.Random(seed)
@@ -103,6 +114,15 @@ def with_augmented_copies(rows: Iterable[dict], env: str, copies: int, seed: int
     return rows_and_copies()
 
 
+def keyword_check(fn: Callable, options: dict, positional: int) -> tuple[list[str], list[str]]:
+    """(unknown, known): the keys of `options` that `fn` has no parameter for, and the parameters
+    it has after its first `positional` ones."""
+    import inspect
+
+    known = list(inspect.signature(fn).parameters)[positional:]
+    return sorted(set(options) - set(known)), known
+
+
 def check_expert_options(spec, expert_options: dict | None) -> None:
     """A clear error for options the family's ExpertAgent does not take (before any env starts)."""
     import inspect
@@ -110,8 +130,7 @@ def check_expert_options(spec, expert_options: dict | None) -> None:
     if not expert_options:
         return
     expert_cls = spec.load_expert_class()
-    known = [name for name in inspect.signature(expert_cls).parameters if name != "env"]
-    unknown = sorted(set(expert_options) - set(known))
+    unknown, known = keyword_check(expert_cls, expert_options, positional=1)  # after env
     if unknown:
         raise ValueError(f"the {spec.name} expert takes no option {unknown}; its options: {known or 'none'}")
     # Checked here: the expert is built inside each episode's guard, where a bad value would only
@@ -134,6 +153,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--augmented-copies", type=int, default=0,
                         help="after each conversation, this many variants from the family's augmentation "
                              "(TextCraft: items renamed)")
+    parser.add_argument("--augment-options", type=json.loads, default=None,
+                        help='JSON keyword arguments of the augmentation, e.g. TextCraft\'s \'{"names": "compositional"}\'')
     parser.add_argument("--seed", type=int, default=0, help="seed of the augmentation (and of --shuffle)")
     parser.add_argument("--shuffle", action="store_true",
                         help="visit the split's tasks in a seeded random order instead of in order")
@@ -143,14 +164,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from rllib_agentgym.data.conversations import write_jsonl
 
-    if args.expert_options is not None and not isinstance(args.expert_options, dict):
-        raise SystemExit("--expert-options must be a JSON object")
+    for name in ("expert_options", "augment_options"):
+        if getattr(args, name) is not None and not isinstance(getattr(args, name), dict):
+            raise SystemExit(f"--{name.replace('_', '-')} must be a JSON object")
     try:
         rows = expert_conversations(args.env, args.split, args.num, args.max_steps, expert_options=args.expert_options,
                                    shuffle_seed=args.seed if args.shuffle else None)
-        rows = with_augmented_copies(rows, args.env, args.augmented_copies, args.seed)
+        rows = with_augmented_copies(rows, args.env, args.augmented_copies, args.seed, args.augment_options)
         n = write_jsonl(args.out, rows)
-    except ValueError as exc:  # unknown expert options, a family without augmentation
+    except ValueError as exc:  # unknown expert or augment options, a family without augmentation
         raise SystemExit(str(exc)) from None
     copies = f" ({args.augmented_copies} augmented copies each)" if args.augmented_copies else ""
     print(f"wrote {n} {family_name(args.env)} conversations{copies} to {args.out}")

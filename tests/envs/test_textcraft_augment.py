@@ -8,8 +8,9 @@ import re
 import pytest
 
 from envs.textcraft import tasks
-from envs.textcraft.augment import compositional_names, rename, rename_items, rename_items_compositional, task_items
+from envs.textcraft.augment import compositional_names, rename, rename_items, task_items
 from envs.textcraft.env import TextCraftEnv
+from envs.textcraft.recipes import load_recipe_book
 from rllib_agentgym.data.conversations import load_jsonl
 from rllib_agentgym.data.experts import expert_episode, main as experts_main, with_augmented_copies
 from rllib_agentgym.envs.registry import get_spec
@@ -40,11 +41,11 @@ def _commands(observation: str) -> dict[str, tuple[int, dict[str, int]]]:
     return commands
 
 
-@pytest.mark.parametrize("renamer", [rename_items, rename_items_compositional])
-def test_renamed_actions_follow_the_renamed_commands(conversations, renamer):
+@pytest.mark.parametrize("names", ["items", "compositional"])
+def test_renamed_actions_follow_the_renamed_commands(conversations, names):
     rng = random.Random(0)
     for original in conversations:
-        renamed = renamer(original, rng)
+        renamed = rename_items(original, rng, names=names)
         mapping = renamed["renamed_items"]
         assert set(mapping) == task_items(original["messages"][1]["content"])
         assert len(set(mapping.values())) == len(mapping)
@@ -104,6 +105,17 @@ def test_augmented_copies_follow_each_row_and_families_without_augmentation_say_
         with_augmented_copies(conversations[:1], "agentgym/babyai", copies=1, seed=0)
 
 
+def test_augment_options_reach_the_augmentation_and_bad_ones_are_named(conversations):
+    rows = list(with_augmented_copies(conversations[:2], "agentgym/textcraft", copies=1, seed=0,
+                                      options={"names": "compositional"}))
+    real = set(load_recipe_book().items)
+    assert any(name not in real for row in rows[1::2] for name in row["renamed_items"].values())
+    with pytest.raises(ValueError, match=r"augment options \['name'\] unknown; rename_items takes"):
+        with_augmented_copies(conversations[:1], "agentgym/textcraft", copies=1, options={"name": "x"})
+    with pytest.raises(ValueError, match="names 'made-up' unknown"):
+        list(with_augmented_copies(conversations[:1], "agentgym/textcraft", copies=1, options={"names": "made-up"}))
+
+
 def test_experts_command_writes_renamed_copies(tmp_path):
     out = tmp_path / "tc.jsonl"
     experts_main(["--env", "agentgym/textcraft", "--num", "3", "--augmented-copies", "1", "--out", str(out)])
@@ -112,3 +124,6 @@ def test_experts_command_writes_renamed_copies(tmp_path):
     assert rows[1][1]["content"] != rows[0][1]["content"]  # normalized: the message lists
     with pytest.raises(SystemExit, match="babyai has no data augmentation"):
         experts_main(["--env", "agentgym/babyai", "--num", "1", "--augmented-copies", "1", "--out", str(out)])
+    with pytest.raises(SystemExit, match="--augment-options must be a JSON object"):
+        experts_main(["--env", "agentgym/textcraft", "--num", "1", "--augmented-copies", "1",
+                      "--augment-options", "[1]", "--out", str(out)])
