@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/textcraft_copy_probe.py`
 
 from benchmarks.common import emit, meta  # noqa: E402
+from envs.textcraft.augment import NAME_KINDS  # noqa: E402
 
 DISTRACTOR_CHOICES = (0, 1, 2, 3, 5, 10)
 
@@ -86,7 +87,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=540)
     parser.add_argument("--renamed", type=float, default=0.5, help="share of training examples with renamed items")
-    parser.add_argument("--names", choices=("items", "compositional"), default="items",
+    parser.add_argument("--names", choices=NAME_KINDS, default="items",
                         help="renamed items get other real item names, or made-up ones from their words")
     parser.add_argument("--curriculum", action="store_true", help="draw each example's distractor count from 0..10")
     parser.add_argument("--lr", type=float, default=5e-4)

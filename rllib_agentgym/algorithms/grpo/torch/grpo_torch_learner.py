@@ -106,7 +106,6 @@ class GRPOTorchLearner(TorchLearner):
         return list(module.value_head.parameters()) if getattr(module, "value_head", None) is not None else []
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
-        module = self._module[module_id].unwrapped() if hasattr(self._module[module_id], "unwrapped") else self._module[module_id]
         head = self._value_head_parameters(module_id)
         head_ids = {id(p) for p in head}
         policy = [p for p in self.get_parameters(self._module[module_id]) if p.requires_grad and id(p) not in head_ids]
