@@ -17,6 +17,7 @@ with `--augment-options` as its keyword arguments (TextCraft: `{"names":
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import random
@@ -97,8 +98,6 @@ def with_augmented_copies(rows: Iterable[dict], env: str, copies: int, seed: int
         raise ValueError(f"augmented copies must be >= 0, got {copies}")
     augment = get_spec(env).load_augment() if copies else None
     if augment is not None and options:
-        import functools
-
         unknown, known = keyword_check(augment, options, positional=2)  # after (conversation, rng)
         if unknown:
             raise ValueError(f"augment options {unknown} unknown; {augment.__name__} takes {known or 'none'}")
