@@ -78,6 +78,7 @@ class GRPOTorchLearner(TorchLearner):
     def build(self) -> None:
         super().build()
         self._ref_models = {}
+        self._critic_only = False  # set per update from `timesteps` (critic_warmup)
         if self._wants_reference():
             for module_id in self.module.keys():
                 if not self._rl_module(module_id).uses_lora:
@@ -232,7 +233,7 @@ class GRPOTorchLearner(TorchLearner):
         losses = {}
         for module_id, module_batch in batch.items():
             losses[module_id] = self._accumulate_gradients(module_id, module_batch)
-        if getattr(self, "_critic_only", False):
+        if self._critic_only:
             # The value loss reaches the shared trunk through its hidden states; keep the policy still.
             heads = {id(p) for mid in batch for p in self._value_head_parameters(mid)}
             for p in self._params.values():
@@ -295,7 +296,7 @@ class GRPOTorchLearner(TorchLearner):
             **counts,
         )
         out = {POLICY_LOSS: loss.detach(), **stats}
-        if getattr(self, "_critic_only", False):
+        if self._critic_only:
             loss = torch.zeros((), device=logprobs.device)  # critic_warmup: the value loss alone
         if "ref_logprobs" in batch:
             kl = aggregate_loss(kl_penalty(logprobs, batch["ref_logprobs"], cfg.kl_estimator), mask, cfg.loss_agg_mode, **counts)
