@@ -108,6 +108,7 @@ _NEUTRAL_DATA = {"augmented_copies": 0, "augment_options": (), "expert_options":
 def _key_fields(recipe: dict) -> dict:
     key = {k: v for k, v in recipe.items() if _NEUTRAL_RECIPE.get(k, object()) != v}
     key["data"] = [{k: v for k, v in d.items() if _NEUTRAL_DATA.get(k, object()) != v} for d in recipe["data"]]
+    key["model"] = {k: v for k, v in recipe["model"].items() if not (k == "whole_word_lists" and not v)}
     if key.get("induction_steps"):  # the stage's fixed settings shape the model too
         from rllib_agentgym.algorithms.sft.induction import InductionConfig
 

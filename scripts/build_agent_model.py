@@ -96,7 +96,10 @@ def recipe_from_json(text: str | None):
         fields = {f.name for f in dataclasses.fields(EmbeddedModelConfig)}
         if not isinstance(sizes, dict) or set(sizes) - fields:
             raise SystemExit(f"--recipe: `model` takes a dict of {sorted(fields)}, got {sizes!r}")
-        changes["model"] = dataclasses.replace(AgentRecipe().model, **sizes)
+        try:
+            changes["model"] = dataclasses.replace(AgentRecipe().model, **sizes)
+        except ValueError as error:  # e.g. an unknown whole_word_lists name
+            raise SystemExit(f"--recipe: {error}") from None
     if "data" in changes:
         changes["data"] = data_from_json(changes["data"])
     return dataclasses.replace(AgentRecipe(), **changes)

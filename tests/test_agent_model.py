@@ -58,6 +58,10 @@ def test_build_script_recipe_variants_change_known_fields_only():
     assert (larger.model.num_hidden_layers, larger.model.hidden_size) == (6, 384)
     assert larger.model.vocab_size == AgentRecipe().model.vocab_size
     assert larger.fingerprint() != AgentRecipe().fingerprint()
+    items = recipe_from_json('{"model": {"whole_word_lists": ["textcraft_items"]}}')
+    assert items.model.whole_word_lists == ("textcraft_items",) and items.fingerprint() != AgentRecipe().fingerprint()
+    with pytest.raises(SystemExit, match="unknown whole_word_lists"):
+        recipe_from_json('{"model": {"whole_word_lists": ["minecraft"]}}')
     with pytest.raises(SystemExit, match="`model` takes a dict"):
         recipe_from_json('{"model": {"depth": 4}}')
     renamed = recipe_from_json('{"data": [{"env": "agentgym/textcraft", "num": 800, "max_turns": 15, '

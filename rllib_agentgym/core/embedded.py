@@ -5,7 +5,8 @@ model the project builds itself, deterministically:
 
 * a byte-level BPE tokenizer trained on a corpus shipped in the package
   (instructions and observations of the env families), with Qwen's chat
-  special tokens and a ChatML chat template;
+  special tokens and a ChatML chat template; optionally with the words of
+  named lists (`WORD_LISTS`, e.g. TextCraft's item names) as whole tokens;
 * a randomly initialised (seeded) ``Qwen2ForCausalLM`` whose head_dim (64)
   vLLM's CPU attention accepts.
 
@@ -45,7 +46,24 @@ class EmbeddedModelConfig:
     head_dim: int = 64
     max_position_embeddings: int = 8192
     seed: int = 0
+    # Named word lists (keys of WORD_LISTS) whose multi-word names become single tokens, so that
+    # copying "acacia boat" out of the context is one lookup, not a first word plus a guess.
+    whole_word_lists: tuple[str, ...] = ()
 
+    def __post_init__(self):
+        object.__setattr__(self, "whole_word_lists", tuple(self.whole_word_lists))  # JSON gives lists
+        unknown = sorted(set(self.whole_word_lists) - set(WORD_LISTS))
+        if unknown:
+            raise ValueError(f"unknown whole_word_lists {unknown}; known: {sorted(WORD_LISTS)}")
+
+
+def _textcraft_item_names() -> list[str]:
+    from envs.textcraft.recipes import load_recipe_book  # lazy: only tokenizers that ask for it
+
+    return sorted(load_recipe_book().items)
+
+
+WORD_LISTS = {"textcraft_items": _textcraft_item_names}
 
 def cache_dir() -> Path:
     root = os.environ.get("RLLIB_AGENTGYM_CACHE") or os.path.join(
@@ -55,7 +73,12 @@ def cache_dir() -> Path:
 
 
 def _fingerprint(config: EmbeddedModelConfig) -> str:
-    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
+    key = asdict(config)
+    if not key["whole_word_lists"]:  # added after the first models: absent, it keeps their cache key
+        del key["whole_word_lists"]
+    else:
+        key["whole_word_lists"] = {name: WORD_LISTS[name]() for name in key["whole_word_lists"]}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode())
     digest.update(CORPUS_PATH.read_bytes())
     digest.update(CHAT_TEMPLATE.encode())
     return digest.hexdigest()[:12]
@@ -87,8 +110,8 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
-def build_tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def build_tokenizer(vocab_size: int, whole_word_lists: tuple[str, ...] = ()):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -102,6 +125,10 @@ def build_tokenizer(vocab_size: int):
     )
     lines = CORPUS_PATH.read_text(encoding="utf-8").splitlines()
     tok.train_from_iterator(lines, trainer=trainer)
+    words = sorted({w for name in whole_word_lists for w in WORD_LISTS[name]()})
+    # With the leading space, as the words stand in running text ("craft 1 acacia boat"), and without it
+    # ("[acacia boat]"). Added tokens match leftmost-longest, so " sticky piston" wins over " stick".
+    tok.add_tokens([AddedToken(form, normalized=False) for w in words for form in (" " + w, w)])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -118,7 +145,7 @@ def build_embedded_model(path: Path, config: EmbeddedModelConfig) -> Path:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_tokenizer(config.vocab_size)
+    tokenizer = build_tokenizer(config.vocab_size, config.whole_word_lists)
     vocab = len(tokenizer)
     model_config = Qwen2Config(
         vocab_size=vocab,
