@@ -65,6 +65,7 @@ def _textcraft_item_names() -> list[str]:
 
 WORD_LISTS = {"textcraft_items": _textcraft_item_names}
 
+
 def cache_dir() -> Path:
     root = os.environ.get("RLLIB_AGENTGYM_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "rllib_agentgym"
