@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Callable
 
 from rllib_agentgym.core.embedded import EMBEDDED_AGENT_NAME as AGENT_NAME
-from rllib_agentgym.core.embedded import EmbeddedModelConfig, _fingerprint, cache_dir, embedded_model_path
+from rllib_agentgym.core.embedded import (EmbeddedModelConfig, _fingerprint, cache_dir, config_key,
+                                         embedded_model_path)
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ _NEUTRAL_DATA = {"augmented_copies": 0, "augment_options": (), "expert_options":
 def _key_fields(recipe: dict) -> dict:
     key = {k: v for k, v in recipe.items() if _NEUTRAL_RECIPE.get(k, object()) != v}
     key["data"] = [{k: v for k, v in d.items() if _NEUTRAL_DATA.get(k, object()) != v} for d in recipe["data"]]
-    key["model"] = {k: v for k, v in recipe["model"].items() if not (k == "whole_word_lists" and not v)}
+    key["model"] = config_key(recipe["model"])
     if key.get("induction_steps"):  # the stage's fixed settings shape the model too
         from rllib_agentgym.algorithms.sft.induction import InductionConfig
 

@@ -73,11 +73,19 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+# Fields added after the first models; at these values they change nothing and stay out of cache keys.
+_NEUTRAL_FIELDS = {"whole_word_lists": ()}
+
+
+def config_key(fields: dict) -> dict:
+    """An `asdict(EmbeddedModelConfig)` without its neutral fields: models built before a field existed
+    keep their cache key."""
+    return {k: v for k, v in fields.items() if _NEUTRAL_FIELDS.get(k, object()) != v}
+
+
 def _fingerprint(config: EmbeddedModelConfig) -> str:
-    key = asdict(config)
-    if not key["whole_word_lists"]:  # added after the first models: absent, it keeps their cache key
-        del key["whole_word_lists"]
-    else:
+    key = config_key(asdict(config))
+    if "whole_word_lists" in key:  # the words themselves: a changed recipe book is a new tokenizer
         key["whole_word_lists"] = {name: WORD_LISTS[name]() for name in key["whole_word_lists"]}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode())
     digest.update(CORPUS_PATH.read_bytes())
