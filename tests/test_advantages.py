@@ -22,7 +22,7 @@ from rllib_agentgym.algorithms.advantages import (
     to_token_level,
     token_level_rewards,
     turn_index,
-    weight_positive_advantages,
+    weight_advantages,
 )
 
 
@@ -126,21 +126,32 @@ class TestDynamicSampling:
         assert dynamic_sampling_keep_mask(r, g).tolist() == [False, False, False, False, True, True]
 
 
-class TestPositiveWeight:
+class TestHalfWeights:
     def test_only_positive_entries_shrink(self):
         adv = torch.tensor([[1.5, 0.0, -2.0], [-0.5, 0.25, 0.0]])
-        close(weight_positive_advantages(adv, 0.1), [[0.15, 0.0, -2.0], [-0.5, 0.025, 0.0]])
-        close(weight_positive_advantages(adv, 0.0), [[0.0, 0.0, -2.0], [-0.5, 0.0, 0.0]])
+        close(weight_advantages(adv, 0.1), [[0.15, 0.0, -2.0], [-0.5, 0.025, 0.0]])
+        close(weight_advantages(adv, 0.0), [[0.0, 0.0, -2.0], [-0.5, 0.0, 0.0]])
+
+    def test_only_negative_entries_shrink(self):
+        adv = torch.tensor([[1.5, 0.0, -2.0], [-0.5, 0.25, 0.0]])
+        close(weight_advantages(adv, negative_weight=0.5), [[1.5, 0.0, -1.0], [-0.25, 0.25, 0.0]])
+        # PSR: the above-baseline samples alone.
+        close(weight_advantages(adv, negative_weight=0.0), [[1.5, 0.0, 0.0], [0.0, 0.25, 0.0]])
+
+    def test_both_halves(self):
+        adv = torch.tensor([2.0, -1.0])
+        close(weight_advantages(adv, 0.5, 0.25), [1.0, -0.25])
 
     def test_weight_one_is_the_plain_estimator(self):
         adv = grpo_advantages(REWARDS, GROUPS)
-        assert weight_positive_advantages(adv, 1.0) is adv
+        assert weight_advantages(adv, 1.0, 1.0) is adv
 
-    def test_config_rejects_negative_weight(self):
+    @pytest.mark.parametrize("name", ["positive_advantage_weight", "negative_advantage_weight"])
+    def test_config_rejects_negative_weight(self, name):
         from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 
-        cfg = GRPOConfig().environment("agentgym/textcraft").training(positive_advantage_weight=-0.5)
-        with pytest.raises(ValueError, match="positive_advantage_weight"):
+        cfg = GRPOConfig().environment("agentgym/textcraft").training(**{name: -0.5})
+        with pytest.raises(ValueError, match=name):
             cfg.validate()
 
 

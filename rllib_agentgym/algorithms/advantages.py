@@ -42,7 +42,7 @@ __all__ = [
     "to_token_level",
     "token_level_rewards",
     "turn_index",
-    "weight_positive_advantages",
+    "weight_advantages",
 ]
 
 
@@ -240,24 +240,25 @@ def dynamic_sampling_keep_mask(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return ~_group_stats(rewards, group_ids)["all_equal"]
 
 
-def weight_positive_advantages(advantages: Tensor, positive_weight: float) -> Tensor:
-    """Weighted REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of
-    Negative Reinforcement in LLM Reasoning"): shrink the positive half.
+def weight_advantages(advantages: Tensor, positive_weight: float = 1.0, negative_weight: float = 1.0) -> Tensor:
+    """Weight the two halves of the policy gradient (Zhu et al. 2025, "The
+    Surprising Effectiveness of Negative Reinforcement in LLM Reasoning"):
 
-        A'_t = lambda * A_t    if A_t > 0
-        A'_t = A_t             otherwise
+        A'_t = lambda_+ * A_t    if A_t > 0
+        A'_t = lambda_- * A_t    otherwise
 
-    The policy gradient splits into positive-sample reinforcement (raise the
+    The gradient splits into positive-sample reinforcement (PSR: raise the
     above-baseline samples, which sharpens the policy onto them) and
-    negative-sample reinforcement (lower the below-baseline ones, which hands
-    their probability to the other actions in proportion to what the policy
-    already gives them). lambda = 1 is the plain estimator, lambda = 0 keeps
-    only the negative half (NSR), lambda = 0.1 is the paper's W-REINFORCE.
+    negative-sample reinforcement (NSR: lower the below-baseline ones, which
+    hands their probability to the other actions in proportion to what the
+    policy already gives them). (1, 1) is the plain estimator, (0, 1) is NSR,
+    (0.1, 1) the paper's W-REINFORCE, and (1, 0) PSR: learning from the
+    above-baseline samples alone, on-policy rejection-sampling fine-tuning.
     Works on any shape (sequence- or token-level advantages).
     """
-    if positive_weight == 1.0:
+    if positive_weight == 1.0 and negative_weight == 1.0:
         return advantages
-    return torch.where(advantages > 0, advantages * positive_weight, advantages)
+    return advantages * torch.where(advantages > 0, positive_weight, negative_weight)
 
 
 # ----------------------------------------------------------------------------

@@ -68,6 +68,7 @@ class GRPOConfig(AlgorithmConfig):
         self.step_advantage_weight = 1.0
         self.step_anchor = "observation"  # "observation" | "history"
         self.positive_advantage_weight = 1.0  # < 1: W-REINFORCE (0.1) / NSR (0), advantages.py
+        self.negative_advantage_weight = 1.0  # 0: PSR, the above-baseline samples alone (advantages.py)
         self.clip_ratio_low = 0.2
         self.clip_ratio_high = 0.2
         self.use_kl_loss = True
@@ -116,6 +117,7 @@ class GRPOConfig(AlgorithmConfig):
         step_advantage_weight: Optional[float] = NotProvided,
         step_anchor: Optional[str] = NotProvided,
         positive_advantage_weight: Optional[float] = NotProvided,
+        negative_advantage_weight: Optional[float] = NotProvided,
         clip_ratio_low: Optional[float] = NotProvided,
         clip_ratio_high: Optional[float] = NotProvided,
         use_kl_loss: Optional[bool] = NotProvided,
@@ -143,7 +145,8 @@ class GRPOConfig(AlgorithmConfig):
             reward_type=reward_type, invalid_action_penalty=invalid_action_penalty,
             advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
             step_advantage_weight=step_advantage_weight, step_anchor=step_anchor,
-            positive_advantage_weight=positive_advantage_weight, clip_ratio_low=clip_ratio_low,
+            positive_advantage_weight=positive_advantage_weight, negative_advantage_weight=negative_advantage_weight,
+            clip_ratio_low=clip_ratio_low,
             clip_ratio_high=clip_ratio_high, use_kl_loss=use_kl_loss,
             kl_coef=kl_coef, kl_estimator=kl_estimator, loss_agg_mode=loss_agg_mode,
             entropy_coeff=entropy_coeff, micro_batch_size=micro_batch_size, group_size=group_size,
@@ -215,8 +218,9 @@ class GRPOConfig(AlgorithmConfig):
             self._value_error(f"step_anchor {self.step_anchor!r} unknown; valid: {list(ANCHOR_KINDS)}")
         if not self.step_advantage_weight >= 0:
             self._value_error(f"step_advantage_weight must be >= 0, got {self.step_advantage_weight!r}")
-        if not self.positive_advantage_weight >= 0:
-            self._value_error(f"positive_advantage_weight must be >= 0, got {self.positive_advantage_weight!r}")
+        for name in ("positive_advantage_weight", "negative_advantage_weight"):
+            if not getattr(self, name) >= 0:
+                self._value_error(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.group_size < 1 or self.tasks_per_iteration < 1:
             self._value_error("group_size and tasks_per_iteration must be >= 1")
         if self.critic_warmup < 0:

@@ -30,7 +30,7 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.learner.training_data import TrainingData
 from ray.rllib.policy.sample_batch import MultiAgentBatch
 
-from rllib_agentgym.algorithms.advantages import compute_advantages, token_level_rewards, weight_positive_advantages
+from rllib_agentgym.algorithms.advantages import compute_advantages, token_level_rewards, weight_advantages
 from rllib_agentgym.algorithms.losses import (
     aggregate_loss,
     global_loss_counts,
@@ -288,7 +288,7 @@ class GRPOTorchLearner(TorchLearner):
         loss, stats = policy_loss(
             logprobs,
             old,
-            weight_positive_advantages(batch["advantages"], cfg.positive_advantage_weight),
+            weight_advantages(batch["advantages"], cfg.positive_advantage_weight, cfg.negative_advantage_weight),
             mask,
             clip_ratio_low=cfg.clip_ratio_low,
             clip_ratio_high=cfg.clip_ratio_high,
