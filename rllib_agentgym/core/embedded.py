@@ -49,6 +49,9 @@ class EmbeddedModelConfig:
     # Named word lists (keys of WORD_LISTS) whose multi-word names become single tokens, so that
     # copying "acacia boat" out of the context is one lookup, not a first word plus a guess.
     whole_word_lists: tuple[str, ...] = ()
+    # A hand-set induction circuit at initialisation (core/induction_circuit.py): the fresh model
+    # copies repeated text before training, which it does not learn within a CPU budget.
+    induction_circuit: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "whole_word_lists", tuple(self.whole_word_lists))  # JSON gives lists
@@ -74,7 +77,7 @@ def cache_dir() -> Path:
 
 
 # Fields added after the first models; at these values they change nothing and stay out of cache keys.
-_NEUTRAL_FIELDS = {"whole_word_lists": ()}
+_NEUTRAL_FIELDS = {"whole_word_lists": (), "induction_circuit": False}
 
 
 def config_key(fields: dict) -> dict:
@@ -174,6 +177,10 @@ def build_embedded_model(path: Path, config: EmbeddedModelConfig) -> Path:
     )
     torch.manual_seed(config.seed)
     model = Qwen2ForCausalLM(model_config)
+    if config.induction_circuit:
+        from rllib_agentgym.core.induction_circuit import InductionCircuit, install_induction_circuit
+
+        install_induction_circuit(model, InductionCircuit(seed=config.seed))
     model.generation_config = GenerationConfig(
         eos_token_id=model_config.eos_token_id, pad_token_id=model_config.pad_token_id
     )

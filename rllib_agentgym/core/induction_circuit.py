@@ -1,0 +1,137 @@
+"""A hand-set induction circuit in a fresh Qwen2 model: it copies before any training.
+
+An agent writes back names it has read ("Loutife Rapionus", "acacia boat").
+A transformer copies with an induction circuit: a previous-token head writes
+each token's predecessor into its position, and a later induction head, at
+token x, attends to the position whose predecessor was x and emits the token
+found there. Trained from scratch on a 20-minute budget the embedded model
+never forms it (docs/learning.md, section 2), so this sets it by hand at
+initialisation, in the model's own weights (an ordinary Qwen2 checkpoint:
+transformers and vLLM load it as any other); SFT then trains every weight as
+usual.
+
+The residual stream of width H is split: the token embeddings live in the
+first H - r dimensions, the last r (= head_dim) carry the previous token.
+
+Layer 0, head 0 (previous-token head): query and key weights are zero and
+their biases depend on position only, through RoPE. On the `fast` fastest
+rotary pairs j (frequency theta_j), q = c e_j and k = c R(theta_j) e_j, so
+
+    q_m . k_n = c^2 sum_j cos((n - m + 1) theta_j)
+
+is largest at n = m - 1. Its value reads P x (P: head_dim x (H - r) with
+orthonormal rows) and its output writes g P x_{m-1} into the last r
+dimensions; g makes that write about as large as a token embedding. The
+other heads and the MLP of layer 0 start at zero output, so nothing else
+writes there (they learn from zero).
+
+Layer 1, head 0 (induction head): on the head's slowest rotary pairs (RoPE
+hardly turns them over a context) the query reads Q P x_m and the key reads
+Q (the previous-token write), Q: (head_dim / 2) x head_dim orthonormal, so
+
+    q_m . k_n ~ c'^2 (Q P x_m) . (Q P x_{n-1})
+
+is large where x_{n-1} = x_m. Its value reads P x_n and its output writes
+P^T P x_n back into the embedding dimensions, which the tied LM head turns
+into a high logit for x_n. The final norm's weight is scaled up so that this
+logit dominates the (small, random) others.
+
+Measured on random sequences written twice (the induction stage's data,
+algorithms/sft/induction.py), the agent-size model copies at initialisation:
+0.47 nats per token against 8.36 without the circuit (chance 8.32).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InductionCircuit:
+    position_scale: float = 8.0  # c: sharpness of the previous-token head
+    fast_pairs: int = 8  # rotary pairs the previous-token head uses
+    match_scale: float = 2.5  # c': sharpness of the induction head's match
+    output_scale: float = 6.0  # final norm weight multiplier: the copied token's logit
+    seed: int = 0
+
+
+def orthonormal_rows(rows: int, cols: int, generator):
+    """A rows x cols matrix with orthonormal rows (rows <= cols): the Q of a Gaussian matrix's QR."""
+    import torch
+
+    q, _ = torch.linalg.qr(torch.randn(cols, rows, generator=generator))
+    return q.T.contiguous()
+
+
+def previous_token_biases(head_dim: int, inv_freq, fast_pairs: int, scale: float):
+    """Query and key biases of one head whose score peaks one position back (neox rotary layout:
+    pair j is dimensions j and j + head_dim / 2).
+
+        q = c e_j,  k = c (cos theta_j e_j + sin theta_j e_{j + d/2})   for j < fast_pairs
+        =>  q_m . k_n = c^2 sum_{j < fast_pairs} cos((n - m + 1) theta_j)
+    """
+    import torch
+
+    half = head_dim // 2
+    q, k = torch.zeros(head_dim), torch.zeros(head_dim)
+    for j in range(fast_pairs):
+        q[j] = scale
+        k[j] = scale * math.cos(float(inv_freq[j]))
+        k[j + half] = scale * math.sin(float(inv_freq[j]))
+    return q, k
+
+
+def install_induction_circuit(model, circuit: InductionCircuit = InductionCircuit()) -> None:
+    """Set layer 0 head 0 as a previous-token head and layer 1 head 0 as an induction head, in place.
+
+    Needs a Qwen2-style model with q/k/v biases, tied embeddings and at least two layers."""
+    import torch
+
+    cfg = model.config
+    d, hidden = cfg.head_dim, cfg.hidden_size
+    half, content = d // 2, hidden - d
+    if cfg.num_hidden_layers < 2 or not cfg.tie_word_embeddings or content < d:
+        raise ValueError("the induction circuit needs 2+ layers, tied embeddings and hidden_size >= 2 * head_dim")
+    theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta") or getattr(cfg, "rope_theta", 10000.0)
+    inv_freq = theta ** (-torch.arange(0, half, dtype=torch.float32) * 2 / d)
+    generator = torch.Generator().manual_seed(circuit.seed)
+    read = torch.zeros(d, hidden)  # P: a head_dim projection of the embedding dimensions
+    read[:, :content] = orthonormal_rows(d, content, generator)
+    match = orthonormal_rows(half, d, generator)  # Q
+    slow = [*range(half // 2, half), *range(half + half // 2, d)]  # the slowest rotary pairs' dimensions
+    kv = slice(0, d)  # key/value head 0 (it also serves the other query heads of its group)
+    q0 = slice(0, d)  # query head 0
+    with torch.no_grad():
+        embeddings = model.model.embed_tokens.weight
+        embeddings[:, content:] = 0  # the last head_dim dimensions carry the previous token only
+        # The input norm rescales x to RMS 1 (norm sqrt(H)), so P x has norm ~ sqrt(d / content * H).
+        write_gain = float(embeddings[:, :content].norm(dim=1).mean()) / math.sqrt(d / content * hidden)
+
+        first = model.model.layers[0].self_attn
+        q_bias, k_bias = previous_token_biases(d, inv_freq, circuit.fast_pairs, circuit.position_scale)
+        first.q_proj.weight[q0] = 0
+        first.q_proj.bias[q0] = q_bias
+        first.k_proj.weight[kv] = 0
+        first.k_proj.bias[kv] = k_bias
+        first.v_proj.weight[kv] = read
+        first.v_proj.bias[kv] = 0
+        first.o_proj.weight.zero_()  # other heads start silent: nothing else writes the reserved dims
+        first.o_proj.weight[content:, q0] = write_gain * torch.eye(d)
+        model.model.layers[0].mlp.down_proj.weight.zero_()
+
+        second = model.model.layers[1].self_attn
+        second.q_proj.weight[q0] = 0
+        second.q_proj.bias[q0] = 0
+        second.k_proj.weight[kv] = 0
+        second.k_proj.bias[kv] = 0
+        query_rows = match @ read  # Q P on the current token
+        key_rows = torch.zeros(half, hidden)
+        key_rows[:, content:] = match  # Q on the previous-token write
+        for i, dim in enumerate(slow):
+            second.q_proj.weight[dim] = circuit.match_scale * query_rows[i]
+            second.k_proj.weight[dim] = circuit.match_scale * key_rows[i]
+        second.v_proj.weight[kv] = read
+        second.v_proj.bias[kv] = 0
+        second.o_proj.weight[:, q0] = read.T
+        model.model.norm.weight.mul_(circuit.output_scale)
