@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from rllib_agentgym.algorithms.sft.induction import induction_batch
 from rllib_agentgym.core.embedded import EmbeddedModelConfig, _fingerprint
 from rllib_agentgym.core.induction_circuit import (InductionCircuit, install_induction_circuit,
                                                    orthonormal_rows, previous_token_biases)
@@ -30,16 +31,6 @@ def small_model(layers: int = 2, seed: int = 0):
     return Qwen2ForCausalLM(config).eval()
 
 
-def repeats(vocab: int, batch: int = 8, half: int = 32, seed: int = 1):
-    """Random sequences written twice, labels on the second copy only."""
-    generator = torch.Generator().manual_seed(seed)
-    first = torch.randint(8, vocab, (batch, half), generator=generator)
-    ids = torch.cat([first, first], dim=1)
-    labels = ids.clone()
-    labels[:, :half] = -100
-    return ids, labels
-
-
 def test_previous_token_score_peaks_one_position_back():
     inv_freq = 10000.0 ** (-torch.arange(0, 32, dtype=torch.float32) * 2 / 64)
     q, k = previous_token_biases(64, inv_freq, fast_pairs=8, scale=8.0)
@@ -57,7 +48,7 @@ def test_orthonormal_rows():
 def test_a_fresh_model_with_the_circuit_copies_repeated_text():
     plain, wired = small_model(), small_model()
     install_induction_circuit(wired, InductionCircuit())
-    ids, labels = repeats(2048)
+    ids, labels = induction_batch(8, 32, 2048, 8, torch.Generator().manual_seed(1))  # random text written twice
     with torch.no_grad():
         plain_loss = float(plain(input_ids=ids, labels=labels).loss)
         out = wired(input_ids=ids, labels=labels, output_attentions=True)

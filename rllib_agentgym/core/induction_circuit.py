@@ -14,8 +14,8 @@ The residual stream of width H is split: the token embeddings live in the
 first H - r dimensions, the last r (= head_dim) carry the previous token.
 
 Layer 0, head 0 (previous-token head): query and key weights are zero and
-their biases depend on position only, through RoPE. On the `fast` fastest
-rotary pairs j (frequency theta_j), q = c e_j and k = c R(theta_j) e_j, so
+their biases depend on position only, through RoPE. On the `fast_pairs`
+fastest rotary pairs j (frequency theta_j), q = c e_j and k = c R(theta_j) e_j, so
 
     q_m . k_n = c^2 sum_j cos((n - m + 1) theta_j)
 
@@ -25,8 +25,8 @@ dimensions; g makes that write about as large as a token embedding. The
 other heads and the MLP of layer 0 start at zero output, so nothing else
 writes there (they learn from zero).
 
-Layer 1, head 0 (induction head): on the head's slowest rotary pairs (RoPE
-hardly turns them over a context) the query reads Q P x_m and the key reads
+Layer 1, head 0 (induction head): on the slower half of the rotary pairs
+(RoPE hardly turns them over a context) the query reads Q P x_m and the key reads
 Q (the previous-token write), Q: (head_dim / 2) x head_dim orthonormal, so
 
     q_m . k_n ~ c'^2 (Q P x_m) . (Q P x_{n-1})
