@@ -93,8 +93,7 @@ def install_induction_circuit(model, circuit: InductionCircuit = InductionCircui
     half, content = d // 2, hidden - d
     if cfg.num_hidden_layers < 2 or not cfg.tie_word_embeddings or content < d:
         raise ValueError("the induction circuit needs 2+ layers, tied embeddings and hidden_size >= 2 * head_dim")
-    theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta") or getattr(cfg, "rope_theta", 10000.0)
-    inv_freq = theta ** (-torch.arange(0, half, dtype=torch.float32) * 2 / d)
+    inv_freq = model.model.rotary_emb.inv_freq  # theta_j of the model's own RoPE
     generator = torch.Generator().manual_seed(circuit.seed)
     read = torch.zeros(d, hidden)  # P: a head_dim projection of the embedding dimensions
     read[:, :content] = orthonormal_rows(d, content, generator)
@@ -128,9 +127,8 @@ def install_induction_circuit(model, circuit: InductionCircuit = InductionCircui
         query_rows = match @ read  # Q P on the current token
         key_rows = torch.zeros(half, hidden)
         key_rows[:, content:] = match  # Q on the previous-token write
-        for i, dim in enumerate(slow):
-            second.q_proj.weight[dim] = circuit.match_scale * query_rows[i]
-            second.k_proj.weight[dim] = circuit.match_scale * key_rows[i]
+        second.q_proj.weight[slow] = circuit.match_scale * query_rows
+        second.k_proj.weight[slow] = circuit.match_scale * key_rows
         second.v_proj.weight[kv] = read
         second.v_proj.bias[kv] = 0
         second.o_proj.weight[:, q0] = read.T
