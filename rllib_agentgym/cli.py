@@ -117,6 +117,8 @@ def _evaluate_parser(sub) -> None:
     p.add_argument("--policy", default=None, help="multi-agent checkpoints: the policy id to evaluate (default: the only one, or shared)")
     p.add_argument("--json", default=None, help="write the full report (per task too) as JSON")
     p.add_argument("--markdown", default=None, help="write the table as Markdown")
+    p.add_argument("--episodes", default=None,
+                   help="write every episode (task, outcome, and each turn's observation, response and action) as JSONL")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

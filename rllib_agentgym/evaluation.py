@@ -130,10 +130,13 @@ class EvalReport:
     tasks: list[TaskOutcome]
     num_dropped_episodes: int = 0
     wall_s: float = 0.0
+    # `Trajectory.summary()` of every episode played (the dialogues), for `--episodes`.
+    episodes: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready (NaN, e.g. a category without finished episodes, becomes null)."""
+        """JSON-ready (NaN, e.g. a category without finished episodes, becomes null); no episodes."""
         data = asdict(self)
+        data.pop("episodes")
         data.update(data.pop("scores"))
         return _nan_to_none(data)
 
@@ -317,6 +320,7 @@ def evaluate(source: str, *, env: str | None = None, split: str = "test", k: int
             model=policy.name, env=runner.spec.name, split=split, k=k, temperature=float(temperature),
             max_turns=runner.get_max_turns(), scores=score(outcomes), tasks=outcomes,
             num_dropped_episodes=dropped, wall_s=time.perf_counter() - start,
+            episodes=[t.summary() for t in trajectories],
         )
     finally:
         runner.stop()
@@ -417,6 +421,8 @@ def evaluate_main(args) -> int:
     from rllib_agentgym.experiments import parse_json_arg
 
     if is_multiagent_env(args.env or checkpoint_env(args.source)):
+        if args.episodes:
+            raise ValueError("--episodes is for single-agent envs; multi-agent reports have win / draw / loss only")
         return evaluate_multiagent_main(args)  # win / draw / loss against fixed opponents
 
     report = evaluate(
@@ -431,4 +437,8 @@ def evaluate_main(args) -> int:
         Path(args.markdown).write_text(table, encoding="utf-8")
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+    if args.episodes:
+        from rllib_agentgym.run_logs import write_jsonl
+
+        write_jsonl(args.episodes, report.episodes)
     return 0

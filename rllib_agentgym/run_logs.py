@@ -54,17 +54,22 @@ def trajectory_path(trial_dir: str | os.PathLike, iteration: int) -> Path:
 def write_trajectories(logdir: str | os.PathLike, iteration: int, summaries: Iterable[Mapping[str, Any]]) -> Path:
     """Write one iteration's trajectory summaries (`Trajectory.summary()` dicts) as JSONL.
 
-    Each line is the summary plus "iteration". The file is written to a temp
-    name and renamed, so a viewer reading a live run never sees half a file;
-    writing the same iteration again (a restored run) replaces it.
+    Each line is the summary plus "iteration"; writing the same iteration again
+    (a restored run) replaces the file.
     """
-    path = trajectory_path(logdir, iteration)
+    records = ({"iteration": int(iteration), **{k: v for k, v in s.items() if k != "iteration"}} for s in summaries)
+    return write_jsonl(trajectory_path(logdir, iteration), records)
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> Path:
+    """Write records as JSON lines, to a temp name renamed at the end, so that a
+    viewer reading a live run never sees half a file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix=".jsonl")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for summary in summaries:
-                record = {"iteration": int(iteration), **{k: v for k, v in summary.items() if k != "iteration"}}
+            for record in records:
                 f.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
         os.replace(tmp, path)
     except BaseException:

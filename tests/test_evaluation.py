@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from rllib_agentgym import run_logs
 from rllib_agentgym.evaluation import (
     EvalReport,
     TaskOutcome,
@@ -251,15 +252,25 @@ def test_evaluate_cli_on_the_checkpoint(trained, tmp_path, capsys):
     (trial / "checkpoint_000001").symlink_to(ckpt)
     assert load_policy(str(trial)).weights.keys() == policy.weights.keys()
 
-    out_json, out_md = tmp_path / "eval.json", tmp_path / "eval.md"
+    out_json, out_md, out_episodes = tmp_path / "eval.json", tmp_path / "eval.md", tmp_path / "episodes.jsonl"
     code = main(["evaluate", ckpt, "--engine", "hf", "--k", "2", "--temperature", "1.0", "--num-tasks", "2",
                  "--max-turns", "1", "--max-new-tokens", "8", "--json", str(out_json), "--markdown", str(out_md),
-                 "--no-progress"])
+                 "--episodes", str(out_episodes), "--no-progress"])
     assert code == 0
     data = json.loads(out_json.read_text())
     assert data["env"] == "textcraft" and data["split"] == "test" and data["k"] == 2
     assert data["overall"]["num_tasks"] == 2 and data["overall"]["num_episodes"] == 4
     assert [len(t["successes"]) for t in data["tasks"]] == [2, 2]
+    assert "episodes" not in data
+    # --episodes: every episode's dialogue, in the records the trajectory viewer reads.
+    episodes = run_logs.read_jsonl(out_episodes)
+    assert sorted(e["data_idx"] for e in episodes) == sorted(t["data_idx"] for t in data["tasks"] for _ in range(2))
+    by_task = {t["data_idx"]: t["successes"] for t in data["tasks"]}
+    for e in episodes:
+        assert e["env"] == "textcraft" and e["num_turns"] == len(e["turns"]) == 1
+        turn = e["turns"][0]
+        assert turn["observation"].startswith("Crafting commands:") and turn["response"]
+        assert e["success"] in by_task[e["data_idx"]]
     table = out_md.read_text()
     assert "| checkpoint | Avg@2 |" in table and "| checkpoint | Pass@2 |" in table and "Overall (n=2)" in table
     assert table in capsys.readouterr().out
@@ -286,3 +297,12 @@ def test_checkpoint_weights_reach_the_engine(trained):
         runner.stop()
     with open(f"{trained['checkpoint']}/class_and_ctor_args.pkl", "rb") as fh:
         assert pickle.load(fh)["ctor_args_and_kwargs"][0][0]["model_path"] == "embedded"
+
+
+def test_evaluate_episodes_flag_is_refused_for_multiagent_envs(tmp_path, capsys):
+    from rllib_agentgym.cli import main
+
+    out = tmp_path / "episodes.jsonl"
+    code = main(["evaluate", "embedded", "--env", "agentgym/tictactoe", "--episodes", str(out), "--no-progress"])
+    assert code != 0 and not out.exists()
+    assert "--episodes is for single-agent envs" in capsys.readouterr().err
