@@ -156,3 +156,34 @@ def test_sft_step_cost_batches_and_times_a_step(embedded_model):
             assert step_seconds(llm, batch, micro, trained_only) > 0
             assert all(p.grad is None for p in llm.parameters())  # each step leaves no gradient behind
     assert torch.is_grad_enabled()
+
+
+def test_textcraft_first_thoughts_tells_a_read_goal_from_a_recalled_one(tmp_path):
+    import gzip
+
+    from benchmarks.textcraft_first_thoughts import first_thought_stats, main, read_episodes
+    from envs.textcraft import tasks
+
+    train_goal = tasks.goal(tasks.split_ids("train")[0])
+
+    def episode(goal: str, thought: str, success: bool) -> dict:
+        observation = f"Crafting commands:\ncraft 1 {goal} using 2 stick\n\nGoal: craft {goal}."
+        return {"success": success, "turns": [{"observation": observation,
+                                               "response": f"Thought: {thought}\nAction: get 2 stick"}]}
+
+    episodes = [
+        episode("birch wood", "I need 4 birch log for birch wood.", True),
+        episode("birch wood", f"I need 4 stick for {train_goal}.", False),
+        episode("birch wood", "I have all the ingredients, so I craft the goal, quartz flux.", False),
+    ]
+    train_goals = {tasks.goal(i) for i in tasks.split_ids("train")}
+    assert "quartz flux" not in train_goals
+    stats = first_thought_stats(episodes, train_goals)
+    assert stats == {"episodes": 3, "names_goal": 1, "names_train_goal_instead": 1, "successes": 1}
+
+    path = tmp_path / "episodes.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(e) + "\n" for e in episodes)
+    assert read_episodes(str(path)) == episodes
+    main([str(path), "--json", str(tmp_path / "out.json")])
+    assert json.loads((tmp_path / "out.json").read_text())[str(path)] == stats
