@@ -1,13 +1,14 @@
-"""Does a TextCraft agent read its goal? Counts, over `rllib evaluate --episodes` files,
-how often the first thought names the task's goal, and how often the item it names
-instead is the goal of a train-split task (recalled rather than read).
+"""Does a TextCraft agent read its task? Compares, over `rllib evaluate --episodes`
+files, each episode's first thought with the expert's first thought on the same task.
 
     rllib evaluate MODEL --env agentgym/textcraft --max-turns 15 --episodes E.jsonl
     python benchmarks/textcraft_first_thoughts.py E.jsonl [E2.jsonl.gz ...] [--json OUT]
 
-The expert's first thought ends with the goal ("I need 4 birch log for birch
-wood."; "I have all the ingredients, so I craft the goal, birch wood."), so a
-first thought without the goal's name is a turn that did not read the goal line.
+The expert's first thought names an item and what it is for ("I need 4 birch
+log for birch wood."). Counted per file: first thoughts equal to the expert's,
+those naming the same item to make ("for birch wood"), those naming an item
+to make that the task's text never mentions (recalled from training, not read
+from the task), and first actions equal to the expert's.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import gzip
 import json
 import re
 from collections.abc import Sequence
+from types import SimpleNamespace
 
-from envs.textcraft import tasks
+from envs.textcraft.expert import ExpertAgent
 from rllib_agentgym.run_logs import read_jsonl
 
-GOAL_LINE = re.compile(r"Goal: craft (.+)\.\s*$", re.MULTILINE)
-NAMED_ITEM = re.compile(r"(?:for|the goal,) ([a-z' ]+?)\.", re.IGNORECASE)
+# "... for birch wood." / "I need 3 stick, which I can ..." / "... I craft the goal, birch wood."
+TARGET = re.compile(r"(?: for |the goal, )([a-z' ]+?)\.|I need \d+ ([a-z' ]+?), which", re.IGNORECASE)
 
 
 def read_episodes(path: str) -> list[dict]:
@@ -33,21 +35,37 @@ def read_episodes(path: str) -> list[dict]:
 
 
 def first_thought(response: str) -> str:
-    return response.split("Action:")[0]
+    thought = response.split("Action:")[0].strip()
+    return thought.removeprefix("Thought:").strip()
 
 
-def first_thought_stats(episodes: Sequence[dict], train_goals: set[str]) -> dict:
-    """Counts over episodes: the first thought names the goal / names a train-split goal instead."""
-    names_goal = names_train_goal = 0
+def target_item(thought: str) -> str | None:
+    """The item a first thought is working towards, or None when it names none."""
+    match = TARGET.search(thought)
+    return None if match is None else (match.group(1) or match.group(2)).strip()
+
+
+def expert_first_step(task_text: str) -> tuple[str, str]:
+    """(thought, action) of the expert's first turn on a task."""
+    return ExpertAgent(SimpleNamespace(observation=lambda: task_text)).act(task_text)
+
+
+def first_thought_stats(episodes: Sequence[dict]) -> dict:
+    """Counts over episodes: the first thought is the expert's / names the expert's target /
+    names a target the task's text never mentions; the first action is the expert's."""
+    same = same_target = target_not_in_task = same_action = 0
     for episode in episodes:
-        goal = GOAL_LINE.search(episode["turns"][0]["observation"]).group(1)
-        thought = first_thought(episode["turns"][0]["response"])
-        if goal in thought:
-            names_goal += 1
-            continue
-        named = NAMED_ITEM.search(thought)
-        names_train_goal += bool(named and named.group(1).strip() in train_goals)
-    return {"episodes": len(episodes), "names_goal": names_goal, "names_train_goal_instead": names_train_goal,
+        first_turn = episode["turns"][0]
+        task_text = first_turn["observation"]
+        thought = first_thought(first_turn["response"])
+        expert_thought, expert_action = expert_first_step(task_text)
+        same += thought == expert_thought
+        target = target_item(thought)
+        same_target += target is not None and target == target_item(expert_thought)
+        target_not_in_task += target is not None and target not in task_text
+        same_action += first_turn["action"].strip() == expert_action
+    return {"episodes": len(episodes), "same_as_expert": same, "same_target_as_expert": same_target,
+            "target_not_in_task": target_not_in_task, "same_first_action": same_action,
             "successes": sum(bool(e["success"]) for e in episodes)}
 
 
@@ -56,11 +74,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("episodes", nargs="+", help="`rllib evaluate --episodes` files (.jsonl or .jsonl.gz)")
     parser.add_argument("--json", default=None, help="write the counts here")
     args = parser.parse_args(argv)
-    train_goals = {tasks.goal(i) for i in tasks.split_ids("train")}
-    report = {path: first_thought_stats(read_episodes(path), train_goals) for path in args.episodes}
-    for path, stats in report.items():
-        print(f"{path}: {stats['episodes']} episodes, first thought names the goal in {stats['names_goal']}, "
-              f"a train-split goal instead in {stats['names_train_goal_instead']}; {stats['successes']} solved")
+    report = {path: first_thought_stats(read_episodes(path)) for path in args.episodes}
+    for path, s in report.items():
+        print(f"{path}: {s['episodes']} episodes; first thought = the expert's in {s['same_as_expert']}, "
+              f"same item to make in {s['same_target_as_expert']}, an item the task never mentions in "
+              f"{s['target_not_in_task']}; first action = the expert's in {s['same_first_action']}; "
+              f"{s['successes']} solved")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)

@@ -158,28 +158,26 @@ def test_sft_step_cost_batches_and_times_a_step(embedded_model):
     assert torch.is_grad_enabled()
 
 
-def test_textcraft_first_thoughts_tells_a_read_goal_from_a_recalled_one(tmp_path):
+def test_textcraft_first_thoughts_compares_with_the_expert_and_the_task_text(tmp_path):
     import gzip
 
     from benchmarks.textcraft_first_thoughts import first_thought_stats, main, read_episodes
-    from envs.textcraft import tasks
 
-    train_goal = tasks.goal(tasks.split_ids("train")[0])
+    task = ("Crafting commands:\ncraft 3 birch wood using 4 birch log\ncraft 4 oak planks using 1 oak log\n\n"
+            "Goal: craft birch wood.")
 
-    def episode(goal: str, thought: str, success: bool) -> dict:
-        observation = f"Crafting commands:\ncraft 1 {goal} using 2 stick\n\nGoal: craft {goal}."
-        return {"success": success, "turns": [{"observation": observation,
-                                               "response": f"Thought: {thought}\nAction: get 2 stick"}]}
+    def episode(thought: str, action: str, success: bool) -> dict:
+        return {"success": success, "turns": [{"observation": task, "action": action,
+                                               "response": f"Thought: {thought}\nAction: {action}"}]}
 
     episodes = [
-        episode("birch wood", "I need 4 birch log for birch wood.", True),
-        episode("birch wood", f"I need 4 stick for {train_goal}.", False),
-        episode("birch wood", "I have all the ingredients, so I craft the goal, quartz flux.", False),
+        episode("I need 4 birch log for birch wood. No command crafts it, so I get it.", "get 4 birch log", True),
+        episode("I need 1 oak log for birch wood. No command crafts it, so I get it.", "get 1 oak log", False),
+        episode("I need 4 blackstone for stone slab. No command crafts it, so I get it.", "get 4 blackstone", False),
     ]
-    train_goals = {tasks.goal(i) for i in tasks.split_ids("train")}
-    assert "quartz flux" not in train_goals
-    stats = first_thought_stats(episodes, train_goals)
-    assert stats == {"episodes": 3, "names_goal": 1, "names_train_goal_instead": 1, "successes": 1}
+    stats = first_thought_stats(episodes)
+    assert stats == {"episodes": 3, "same_as_expert": 1, "same_target_as_expert": 2, "target_not_in_task": 1,
+                     "same_first_action": 1, "successes": 1}
 
     path = tmp_path / "episodes.jsonl.gz"
     with gzip.open(path, "wt", encoding="utf-8") as f:
