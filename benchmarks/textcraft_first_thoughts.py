@@ -14,7 +14,6 @@ from the task), and first actions equal to the expert's.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 from collections.abc import Sequence
@@ -25,13 +24,6 @@ from rllib_agentgym.run_logs import read_jsonl
 
 # "... for birch wood." / "I need 3 stick, which I can ..." / "... I craft the goal, birch wood."
 TARGET = re.compile(r"(?: for |the goal, )([a-z' ]+?)\.|I need \d+ ([a-z' ]+?), which", re.IGNORECASE)
-
-
-def read_episodes(path: str) -> list[dict]:
-    if path.endswith(".gz"):
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    return read_jsonl(path)
 
 
 def first_thought(response: str) -> str:
@@ -74,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("episodes", nargs="+", help="`rllib evaluate --episodes` files (.jsonl or .jsonl.gz)")
     parser.add_argument("--json", default=None, help="write the counts here")
     args = parser.parse_args(argv)
-    report = {path: first_thought_stats(read_episodes(path)) for path in args.episodes}
+    report = {path: first_thought_stats(read_jsonl(path)) for path in args.episodes}
     for path, s in report.items():
         print(f"{path}: {s['episodes']} episodes; first thought = the expert's in {s['same_as_expert']}, "
               f"same item to make in {s['same_target_as_expert']}, an item the task never mentions in "

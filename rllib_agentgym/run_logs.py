@@ -17,6 +17,7 @@ older runs lack keys, so anything unreadable is skipped rather than raised.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import os
@@ -99,10 +100,12 @@ def trajectory_files(trial_dir: str | os.PathLike) -> list[tuple[int, Path]]:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file (trajectories, result.json); lines that are
-    not JSON objects (a half-written last line) are skipped."""
+    """The records of a JSON-lines file (trajectories, result.json; gzip-compressed
+    when the name ends in .gz); lines that are not JSON objects (a half-written
+    last line) are skipped."""
     records = []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.strip()
             if not line:

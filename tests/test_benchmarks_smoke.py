@@ -161,7 +161,8 @@ def test_sft_step_cost_batches_and_times_a_step(embedded_model):
 def test_textcraft_first_thoughts_compares_with_the_expert_and_the_task_text(tmp_path):
     import gzip
 
-    from benchmarks.textcraft_first_thoughts import first_thought_stats, main, read_episodes
+    from benchmarks.textcraft_first_thoughts import first_thought_stats, main
+    from rllib_agentgym.run_logs import read_jsonl
 
     task = ("Crafting commands:\ncraft 3 birch wood using 4 birch log\ncraft 4 oak planks using 1 oak log\n\n"
             "Goal: craft birch wood.")
@@ -182,6 +183,6 @@ def test_textcraft_first_thoughts_compares_with_the_expert_and_the_task_text(tmp
     path = tmp_path / "episodes.jsonl.gz"
     with gzip.open(path, "wt", encoding="utf-8") as f:
         f.writelines(json.dumps(e) + "\n" for e in episodes)
-    assert read_episodes(str(path)) == episodes
+    assert read_jsonl(path) == episodes  # gzip-compressed episodes read as plain ones
     main([str(path), "--json", str(tmp_path / "out.json")])
     assert json.loads((tmp_path / "out.json").read_text())[str(path)] == stats

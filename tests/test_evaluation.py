@@ -262,7 +262,7 @@ def test_evaluate_cli_on_the_checkpoint(trained, tmp_path, capsys):
     assert data["overall"]["num_tasks"] == 2 and data["overall"]["num_episodes"] == 4
     assert [len(t["successes"]) for t in data["tasks"]] == [2, 2]
     assert "episodes" not in data
-    # --episodes: every episode's dialogue, in the records the trajectory viewer reads.
+    # --episodes: every episode's dialogue, in the records the trajectory viewer shows.
     episodes = run_logs.read_jsonl(out_episodes)
     assert sorted(e["data_idx"] for e in episodes) == sorted(t["data_idx"] for t in data["tasks"] for _ in range(2))
     by_task = {t["data_idx"]: t["successes"] for t in data["tasks"]}
