@@ -18,12 +18,14 @@ often), which is what GRPO needs to improve on:
    keyed by a hash of the recipe (and of the tokenizer corpus), like the
    embedded model.
 
-Nothing of the test splits is trained on. The recipe is deterministic up to
+`model_path: embedded-agent-searchqa` names a second agent, trained on Deep
+Search alone (`AGENT_RECIPES` lists the names). Nothing of the test splits is trained on. The recipe is deterministic up to
 floating point on one machine; numbers measured with it are in docs/learning.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -125,48 +127,79 @@ def lr_schedule(recipe: "AgentRecipe") -> list[list[float]]:
     return [[0, recipe.lr / 100], [recipe.lr_warmup_iterations * per_iteration, recipe.lr], [total, recipe.lr_final]]
 
 
-SHIPPED_ARCHIVE = Path(__file__).resolve().parent / "assets" / f"{AGENT_NAME}.tar.xz"
+def searchqa_agent_recipe() -> AgentRecipe:
+    """Deep Search alone, from the hand-set induction circuit (core/induction_circuit.py).
+
+    In the shared recipe a Deep Search share scores 0 (docs/learning.md, 2): the
+    answer is a span copied out of a search result, which the circuit copies
+    from the start, and 4000 conversations fill the 20-minute budget.
+    """
+    return AgentRecipe(model=dataclasses.replace(_agent_model_config(), induction_circuit=True),
+                       data=(ExpertData("agentgym/searchqa", 4000, 6),), iterations=1400)
 
 
-def agent_model_path(recipe: AgentRecipe | None = None, build: bool = False) -> Path:
-    """Folder of the agent model in the cache dir.
+# `model_path` names of the agent models: the shared TextCraft + BabyAI agent, and one per family
+# where a family of its own does better than its share of the shared one.
+AGENT_RECIPES: dict[str, Callable[[], AgentRecipe]] = {
+    AGENT_NAME: AgentRecipe,
+    f"{AGENT_NAME}-searchqa": searchqa_agent_recipe,
+}
+ASSETS = Path(__file__).resolve().parent / "assets"
+SHIPPED_ARCHIVE = ASSETS / f"{AGENT_NAME}.tar.xz"
+
+
+def agent_recipe(name: str = AGENT_NAME) -> AgentRecipe:
+    """The recipe of the agent model called `name` (a `model_path`)."""
+    if name not in AGENT_RECIPES:
+        raise ValueError(f"unknown agent model {name!r}; known: {sorted(AGENT_RECIPES)}")
+    return AGENT_RECIPES[name]()
+
+
+def shipped_archive(name: str = AGENT_NAME) -> Path:
+    return ASSETS / f"{name}.tar.xz"
+
+
+def agent_model_path(recipe: AgentRecipe | None = None, build: bool = False, name: str = AGENT_NAME) -> Path:
+    """Folder of the agent model `name` (built from `recipe`, default: the name's own) in the cache dir.
 
     Found there, or unpacked from the archive shipped in the package (seconds)
     when that was built from this very recipe, or built (about 20 minutes on
     2 cores) when `build`; otherwise FileNotFoundError.
     """
-    recipe = recipe or AgentRecipe()
+    recipe = recipe or agent_recipe(name)
+    # Keyed by the recipe alone: the same recipe under two names is one model.
     path = cache_dir() / "models" / f"{AGENT_NAME}-{recipe.fingerprint()}"
     if (path / "config.json").exists():
         return path
-    if shipped_fingerprint() == recipe.fingerprint():
-        return unpack_shipped(path)
+    archive = shipped_archive(name)
+    if shipped_fingerprint(archive, name) == recipe.fingerprint():
+        return unpack_shipped(path, archive, name)
     if not build:
         raise FileNotFoundError(
-            f"the {AGENT_NAME} model is not built yet ({path}) and the shipped one is from another recipe; "
+            f"the {name} model is not built yet ({path}) and the shipped one is from another recipe; "
             "build it once with `python -m rllib_agentgym.prepare --agent` (about 20 minutes on 2 CPU cores)"
         )
     return build_agent_model(path, recipe)
 
 
-def shipped_fingerprint(archive: Path = SHIPPED_ARCHIVE) -> str | None:
-    """Recipe fingerprint of the shipped agent model, None when there is none."""
+def shipped_fingerprint(archive: Path = SHIPPED_ARCHIVE, name: str = AGENT_NAME) -> str | None:
+    """Recipe fingerprint of the shipped agent model `name`, None when there is none."""
     if not archive.exists():
         return None
     with tarfile.open(archive) as tar:
-        member = tar.extractfile(f"{AGENT_NAME}/agent_recipe.json")
+        member = tar.extractfile(f"{name}/agent_recipe.json")
         return json.load(member).get("fingerprint") if member else None
 
 
-def unpack_shipped(path: Path, archive: Path = SHIPPED_ARCHIVE) -> Path:
+def unpack_shipped(path: Path, archive: Path = SHIPPED_ARCHIVE, name: str = AGENT_NAME) -> Path:
     """Unpack the shipped model into `path` (atomically: a half-unpacked folder is never seen)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{AGENT_NAME}-", dir=path.parent if path.parent.exists() else None))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=path.parent if path.parent.exists() else None))
     try:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            (tmp / AGENT_NAME).rename(path)
+            (tmp / name).rename(path)
         except OSError:  # unpacked by another process meanwhile
             pass
     finally:
@@ -174,8 +207,8 @@ def unpack_shipped(path: Path, archive: Path = SHIPPED_ARCHIVE) -> Path:
     return path
 
 
-def pack_for_shipping(recipe: AgentRecipe | None = None, archive: Path = SHIPPED_ARCHIVE) -> Path:
-    """Write the built model of `recipe` as the shipped archive: bf16 weights, xz (~16 MB).
+def pack_for_shipping(name: str = AGENT_NAME) -> Path:
+    """Write the built agent model `name` as its shipped archive: bf16 weights, xz (~6 MB).
 
     The weights are rounded to bfloat16 (the dtype the CPU examples run in);
     the recipe and its fingerprint go along, so a changed recipe rebuilds.
@@ -183,11 +216,11 @@ def pack_for_shipping(recipe: AgentRecipe | None = None, archive: Path = SHIPPED
     import torch
     from safetensors.torch import load_file, save_file
 
-    recipe = recipe or AgentRecipe()
-    path = agent_model_path(recipe)
+    recipe = agent_recipe(name)
+    path, archive = agent_model_path(recipe), shipped_archive(name)
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        staged = Path(tmp) / AGENT_NAME
+        staged = Path(tmp) / name
         shutil.copytree(path, staged)
         recipe.write_record(staged)
         for weights in staged.glob("*.safetensors"):
@@ -199,7 +232,7 @@ def pack_for_shipping(recipe: AgentRecipe | None = None, archive: Path = SHIPPED
         (staged / "config.json").write_text(json.dumps(config, indent=2))
         with tarfile.open(archive, "w:xz", preset=9) as tar:
             for file in sorted(staged.iterdir()):  # fixed order and metadata: a reproducible archive
-                info = tar.gettarinfo(file, arcname=f"{AGENT_NAME}/{file.name}")
+                info = tar.gettarinfo(file, arcname=f"{name}/{file.name}")
                 info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
                 with open(file, "rb") as f:
                     tar.addfile(info, f)

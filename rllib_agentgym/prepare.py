@@ -2,11 +2,11 @@
 
 Builds the embedded model (tokenizer + Qwen2 weights) into the cache dir
 ($RLLIB_AGENTGYM_CACHE or ~/.cache/rllib_agentgym) and unpacks the embedded
-agent model shipped with the package (`model_path: embedded-agent`: the
-embedded architecture trained by AgentSFT on expert conversations, see
-rllib_agentgym/agent_model.py), and prints where they are. With `--agent`,
-the agent model is built from its recipe when the shipped one is from
-another recipe (about 20 minutes on 2 CPU cores).
+agent models shipped with the package (`model_path: embedded-agent` and
+`embedded-agent-searchqa`: the embedded architecture trained by AgentSFT on
+expert conversations, see rllib_agentgym/agent_model.py), and prints where
+they are. With `--agent`, an agent model is built from its recipe when the
+shipped one is from another recipe (about 20 minutes each on 2 CPU cores).
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from rllib_agentgym.core.embedded import embedded_model_path
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="build the embedded model(s) into the cache dir")
     parser.add_argument("--agent", action="store_true",
-                        help="build the `embedded-agent` model if the shipped one does not match its recipe")
+                        help="build each agent model whose shipped one does not match its recipe")
     args = parser.parse_args(argv)
     print(f"embedded model: {embedded_model_path()}")
-    from rllib_agentgym.agent_model import agent_model_path
+    from rllib_agentgym.agent_model import AGENT_RECIPES, agent_model_path
 
-    try:
-        print(f"embedded agent model: {agent_model_path(build=args.agent)}")
-    except FileNotFoundError as err:
-        print(f"embedded agent model: not available ({err})")
+    for name in AGENT_RECIPES:
+        try:
+            print(f"{name}: {agent_model_path(build=args.agent, name=name)}")
+        except FileNotFoundError as err:
+            print(f"{name}: not available ({err})")
 
 
 if __name__ == "__main__":

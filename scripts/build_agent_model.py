@@ -1,9 +1,10 @@
-"""Build the `embedded-agent` model and measure it with `rllib evaluate`.
+"""Build an agent model (`embedded-agent`, or another `--agent` name) and measure it with `rllib evaluate`.
 
     python scripts/build_agent_model.py                        # build (cached) + evaluate
     python scripts/build_agent_model.py --no-eval              # = python -m rllib_agentgym.prepare --agent
     python scripts/build_agent_model.py --report-dir docs/results/agent
     python scripts/build_agent_model.py --no-eval --ship       # + rllib_agentgym/assets/embedded-agent.tar.xz
+    python scripts/build_agent_model.py --agent embedded-agent-searchqa --envs searchqa --num-tasks 200
     python scripts/build_agent_model.py --recipe '{"observation_loss_weight": 0.5}'   # a variant, cached by its own key
     python scripts/build_agent_model.py --recipe '{"model": {"num_hidden_layers": 6, "hidden_size": 384,
         "intermediate_size": 1024, "num_attention_heads": 6}, "micro_batch_size": 2, "batch_size": 8,
@@ -14,6 +15,8 @@
 Building: expert conversations of the TextCraft and BabyAI train splits, then
 AgentSFT on a fresh embedded Qwen2 (see rllib_agentgym/agent_model.py); the
 result is cached like the embedded model and named `model_path: embedded-agent`.
+`--agent embedded-agent-searchqa` builds the Deep Search agent instead (its
+recipe: `searchqa_agent_recipe` there); `--recipe` changes the chosen agent's.
 The build's wall time and CPU seconds are printed (CPU seconds count the work
 on a machine shared with other jobs).
 
@@ -76,18 +79,19 @@ def evaluate_agent(model: str, report_dir: Path | None, engine: str, num_tasks: 
     return reports
 
 
-def recipe_from_json(text: str | None):
-    """The default AgentRecipe with the given fields changed; None for no changes."""
+def recipe_from_json(text: str | None, name: str = "embedded-agent"):
+    """The recipe of agent model `name` with the given fields changed; None for no changes."""
     if not text:
         return None
     import dataclasses
 
-    from rllib_agentgym.agent_model import AgentRecipe
+    from rllib_agentgym.agent_model import agent_recipe
     from rllib_agentgym.core.embedded import EmbeddedModelConfig
     from rllib_agentgym.experiments import parse_json_arg
 
+    base = agent_recipe(name)
     changes = parse_json_arg("--recipe", text)
-    known = {f.name for f in dataclasses.fields(AgentRecipe)}
+    known = {f.name for f in dataclasses.fields(base)}
     unknown = sorted(set(changes) - known)
     if unknown:
         raise SystemExit(f"--recipe: unknown fields {unknown}; known: {sorted(known)}")
@@ -97,12 +101,12 @@ def recipe_from_json(text: str | None):
         if not isinstance(sizes, dict) or set(sizes) - fields:
             raise SystemExit(f"--recipe: `model` takes a dict of {sorted(fields)}, got {sizes!r}")
         try:
-            changes["model"] = dataclasses.replace(AgentRecipe().model, **sizes)
+            changes["model"] = dataclasses.replace(base.model, **sizes)
         except ValueError as error:  # e.g. an unknown whole_word_lists name
             raise SystemExit(f"--recipe: {error}") from None
     if "data" in changes:
         changes["data"] = data_from_json(changes["data"])
-    return dataclasses.replace(AgentRecipe(), **changes)
+    return dataclasses.replace(base, **changes)
 
 
 def data_from_json(entries) -> tuple:
@@ -132,8 +136,10 @@ def main(argv=None) -> None:
     parser.add_argument("--report-dir", default=None, help="write the evaluation tables (JSON + Markdown) here")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "hf", "auto"])
     parser.add_argument("--num-tasks", type=int, default=None, help="evaluate on N tasks per env (default: whole splits)")
+    parser.add_argument("--agent", default="embedded-agent",
+                        help="which agent model: embedded-agent (TextCraft + BabyAI) or embedded-agent-searchqa")
     parser.add_argument("--ship", action="store_true",
-                        help="also write the shipped archive (rllib_agentgym/assets/embedded-agent.tar.xz)")
+                        help="also write the shipped archive (rllib_agentgym/assets/<agent>.tar.xz)")
     parser.add_argument("--envs", type=lambda text: text.split(","), default=None,
                         help="evaluate these families only, e.g. textcraft,babyai (default: all five)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -145,9 +151,13 @@ def main(argv=None) -> None:
     known = [family_name(env) for env, *_ in EVALS]
     if args.envs and set(args.envs) - set(known):
         parser.error(f"--envs: unknown families {sorted(set(args.envs) - set(known))}; known: {known}")
-    recipe = recipe_from_json(args.recipe)
+    from rllib_agentgym.agent_model import AGENT_RECIPES
+
+    if args.agent not in AGENT_RECIPES:
+        parser.error(f"--agent: unknown agent model {args.agent!r}; known: {sorted(AGENT_RECIPES)}")
+    recipe = recipe_from_json(args.recipe, args.agent)
     if args.ship and recipe is not None:
-        parser.error("--ship ships the default recipe; change AgentRecipe's defaults to ship a variant")
+        parser.error("--ship ships the agent's own recipe; change it in agent_model.py to ship a variant")
     if args.threads:
         import torch
 
@@ -155,15 +165,15 @@ def main(argv=None) -> None:
     from rllib_agentgym.agent_model import agent_model_path
 
     t0, c0 = time.perf_counter(), cpu_seconds()
-    path = agent_model_path(recipe, build=True)
-    print(f"embedded-agent: {path} ({time.perf_counter() - t0:.0f} s wall, {cpu_seconds() - c0:.0f} CPU s)")
+    path = agent_model_path(recipe, build=True, name=args.agent)
+    print(f"{args.agent}: {path} ({time.perf_counter() - t0:.0f} s wall, {cpu_seconds() - c0:.0f} CPU s)")
     if args.ship:
         from rllib_agentgym.agent_model import pack_for_shipping
 
-        archive = pack_for_shipping()
+        archive = pack_for_shipping(args.agent)
         print(f"shipped archive: {archive} ({archive.stat().st_size / 2**20:.1f} MiB)")
     if not args.no_eval:
-        evaluate_agent("embedded-agent" if recipe is None else str(path), Path(args.report_dir) if args.report_dir else None, args.engine, args.num_tasks,
+        evaluate_agent(args.agent if recipe is None else str(path), Path(args.report_dir) if args.report_dir else None, args.engine, args.num_tasks,
                        args.envs)
 
 

@@ -9,16 +9,25 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rllib_agentgym.agent_model import (SHIPPED_ARCHIVE, AgentRecipe, ExpertData, _key_fields, agent_model_path,
-                                        lr_schedule, shipped_fingerprint)
+from rllib_agentgym.agent_model import (AGENT_RECIPES, AgentRecipe, ExpertData, _key_fields, agent_model_path,
+                                        agent_recipe, lr_schedule, shipped_archive, shipped_fingerprint)
 from rllib_agentgym.core.embedded import EmbeddedModelConfig, resolve_model_path
 
 
-def test_shipped_agent_is_from_the_current_recipe_and_small():
+@pytest.mark.parametrize("name", sorted(AGENT_RECIPES))
+def test_shipped_agent_is_from_the_current_recipe(name):
     # A changed recipe (or tokenizer corpus) must be rebuilt and re-shipped:
-    # python scripts/build_agent_model.py --ship
-    assert shipped_fingerprint() == AgentRecipe().fingerprint()
-    assert SHIPPED_ARCHIVE.stat().st_size < 20 * 2**20
+    # python scripts/build_agent_model.py --agent NAME --ship
+    assert shipped_fingerprint(shipped_archive(name), name) == agent_recipe(name).fingerprint()
+
+
+def test_shipped_agents_stay_small():
+    assert sum(shipped_archive(name).stat().st_size for name in AGENT_RECIPES) < 20 * 2**20
+
+
+def test_unknown_agent_names_are_refused_clearly():
+    with pytest.raises(ValueError, match=r"unknown agent model 'embedded-agent-chess'; known: \['embedded-agent', "):
+        resolve_model_path("embedded-agent-chess")
 
 
 def test_later_recipe_options_key_the_cache_only_when_used():
@@ -83,6 +92,19 @@ def test_build_script_evaluates_known_families_only(capsys):
     with pytest.raises(SystemExit):
         main(["--envs", "textcraft,deepsearch", "--no-eval"])  # checked before anything is built
     assert "unknown families ['deepsearch']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--agent", "embedded-agent-chess", "--no-eval"])
+    assert "unknown agent model 'embedded-agent-chess'" in capsys.readouterr().err
+
+
+def test_build_script_recipe_variants_start_from_the_chosen_agent():
+    from scripts.build_agent_model import recipe_from_json
+
+    longer = recipe_from_json('{"iterations": 1500}', "embedded-agent-searchqa")
+    assert longer.data == agent_recipe("embedded-agent-searchqa").data and longer.iterations == 1500
+    assert longer.model.induction_circuit
+    seeded = recipe_from_json('{"model": {"seed": 1}}', "embedded-agent-searchqa")
+    assert seeded.model.induction_circuit and seeded.model.seed == 1
 
 
 def test_lr_schedule_warms_up_then_decays():
@@ -105,6 +127,18 @@ def test_embedded_agent_unpacks_into_the_cache_and_loads(embedded_model):
     agent_tok, base_tok = AutoTokenizer.from_pretrained(path), AutoTokenizer.from_pretrained(embedded_model)
     assert agent_tok.get_vocab() == base_tok.get_vocab()
     assert agent_tok.chat_template == base_tok.chat_template
+
+
+def test_searchqa_agent_unpacks_beside_the_shared_one(embedded_model):
+    name = "embedded-agent-searchqa"
+    path = resolve_model_path(name)
+    assert path == str(agent_model_path(name=name)) != resolve_model_path("embedded-agent")
+    recipe = json.loads((agent_model_path(name=name) / "agent_recipe.json").read_text())
+    assert recipe["fingerprint"] == agent_recipe(name).fingerprint()
+    assert [d["env"] for d in recipe["data"]] == ["agentgym/searchqa"]
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert model.config.num_hidden_layers == agent_recipe(name).model.num_hidden_layers
+    assert AutoTokenizer.from_pretrained(path).get_vocab() == AutoTokenizer.from_pretrained(embedded_model).get_vocab()
 
 
 def test_embedded_agent_gives_grpo_groups_a_learning_signal(ray_local):

@@ -106,15 +106,17 @@ def embedded_model_path(config: EmbeddedModelConfig | None = None) -> Path:
 
 
 def resolve_model_path(model: str) -> str:
-    """`"embedded"` -> the built folder; `"embedded-agent"` -> the cached agent model (built by
-    `python -m rllib_agentgym.prepare --agent`); an RLlib checkpoint dir -> its exported policy
-    (a warm start); anything else (a model folder or hub id) as is."""
+    """`"embedded"` -> the built folder; `"embedded-agent"` (or another name in
+    `agent_model.AGENT_RECIPES`, e.g. `"embedded-agent-searchqa"`) -> the cached agent model
+    (unpacked from the package, or built by `python -m rllib_agentgym.prepare --agent`); an
+    RLlib checkpoint dir -> its exported policy (a warm start); anything else (a model folder
+    or hub id) as is."""
     if model == EMBEDDED_NAME:
         return str(embedded_model_path())
-    if model == EMBEDDED_AGENT_NAME:
+    if model.startswith(EMBEDDED_AGENT_NAME) and not os.path.exists(model):
         from rllib_agentgym.agent_model import agent_model_path
 
-        return str(agent_model_path())
+        return str(agent_model_path(name=model))  # an unknown name: ValueError listing the known ones
     from rllib_agentgym.export import exported_model_path, is_rllib_checkpoint
 
     if is_rllib_checkpoint(model):
