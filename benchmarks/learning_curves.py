@@ -3,9 +3,10 @@
     python benchmarks/learning_curves.py --env textcraft --seeds 0,1,2 --iterations 30 \\
         --out benchmarks/results/learning_textcraft.json --plot docs/img/learning_textcraft.png
     python benchmarks/learning_curves.py --env babyai --seeds 0,1,2 --iterations 30 ...
+    python benchmarks/learning_curves.py --env searchqa --seeds 0,1,2 --iterations 15 --sampled-k 4 ...
 
 Each seed trains `tuned_examples/<env>_warmstart_cpu.yaml` (GRPO from
-`model_path: embedded-agent`) in this process, without Tune, for
+an agent model, e.g. `model_path: embedded-agent`) in this process, without Tune, for
 `--iterations` iterations, and evaluates the policy greedily on the same
 test-split tasks (`evaluation_num_tasks` spread over the split, the config's
 evaluation horizon) before training (iteration 0: the warm start) and every
@@ -238,7 +239,7 @@ def init_ray() -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="textcraft", help="textcraft or babyai: tuned_examples/<env>_warmstart_cpu.yaml")
+    parser.add_argument("--env", default="textcraft", help="textcraft, babyai or searchqa: tuned_examples/<env>_warmstart_cpu.yaml")
     parser.add_argument("--config-file", default=None, help="another experiment YAML")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--iterations", type=int, default=30)

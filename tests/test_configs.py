@@ -99,11 +99,12 @@ def test_textcraft_batch_is_32_tasks():
 @pytest.mark.parametrize("family", sorted(PAPER))
 def test_tuned_example_runs_on_cpu(family):
     """The CPU examples use an embedded model with vLLM, a local server and a short run;
-    those of the families the embedded agent was trained on start from it."""
+    those of the families an embedded agent was trained on start from it."""
     path = ROOT / "tuned_examples" / f"{family}_cpu.yaml"
     _, spec = _only_experiment(path)
     config = _raw_config(path)
-    expected = "embedded-agent" if family in ("textcraft", "babyai") else "embedded"
+    expected = {"textcraft": "embedded-agent", "babyai": "embedded-agent",
+                "searchqa": "embedded-agent-searchqa"}.get(family, "embedded")
     assert config["model_path"] == expected and config["inference_engine"] == "vllm"
     assert config.get("num_gpus_per_learner", 0) == 0 and config.get("num_env_runners", 0) == 0
     assert config["env_config"]["launch_server"] is True

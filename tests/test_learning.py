@@ -135,13 +135,16 @@ def test_multi_turn_update_moves_each_trajectory_with_its_advantage():
 
 
 # (candidate tasks probed for the pool, changes to the tuned example); the tasks come from the
-# example's own training categories (BabyAI GoTo and Open, TextCraft depth 1).
+# example's own training categories (BabyAI GoTo and Open, TextCraft depth 1, Deep Search 1-2 hops).
 # BabyAI: plain GRPO (the run measured in docs/learning.md), not the example's drift guards,
 # at lr 1e-4: the 4.0M agent gains +0.17 with it, +0.06 at the 5e-5 that sufficed for the
 # first (11M) one. TextCraft: the example as it is at lr 1e-4 and 6 turns (enough for depth
 # 1); its depth-1 tasks are mixed for the warm start about 1 time in 8, so all 132 are probed.
+# Deep Search: its own agent (`embedded-agent-searchqa`) on 1- and 2-hop questions, 4 turns;
+# about 1 in 5 of them is mixed for it.
 TRAINED_ON_POOL = {
     "babyai": (48, {"max_turns": 12, "positive_advantage_weight": 1.0, "invalid_action_penalty": 0.0}),
+    "searchqa": (96, {"max_turns": 4}),
     "textcraft": (None, {"max_turns": 6}),
 }
 
