@@ -19,8 +19,9 @@ often), which is what GRPO needs to improve on:
    embedded model.
 
 `model_path: embedded-agent-searchqa` names a second agent, trained on Deep
-Search alone (`AGENT_RECIPES` lists the names). Nothing of the test splits is trained on. The recipe is deterministic up to
-floating point on one machine; numbers measured with it are in docs/learning.md.
+Search alone (`AGENT_RECIPES` lists the names). Nothing of the test splits is
+trained on. A recipe is deterministic up to floating point on one machine;
+numbers measured with it are in docs/learning.md.
 """
 
 from __future__ import annotations
@@ -132,7 +133,10 @@ def searchqa_agent_recipe() -> AgentRecipe:
 
     In the shared recipe a Deep Search share scores 0 (docs/learning.md, 2): the
     answer is a span copied out of a search result, which the circuit copies
-    from the start, and 4000 conversations fill the 20-minute budget.
+    from the start, and 4000 conversations fill the 20-minute budget. The
+    shipped build (seed 0) answers 8.5% of the test questions; with seeds 1 and 2
+    the same recipe answers 0 and 0.5% (the copy's start is not found), so a
+    rebuild elsewhere may not reproduce the shipped archive's score.
     """
     return AgentRecipe(model=dataclasses.replace(_agent_model_config(), induction_circuit=True),
                        data=(ExpertData("agentgym/searchqa", 4000, 6),), iterations=1400)
@@ -217,7 +221,7 @@ def pack_for_shipping(name: str = AGENT_NAME) -> Path:
     from safetensors.torch import load_file, save_file
 
     recipe = agent_recipe(name)
-    path, archive = agent_model_path(recipe), shipped_archive(name)
+    path, archive = agent_model_path(recipe, name=name), shipped_archive(name)
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / name
