@@ -149,7 +149,6 @@ AGENT_RECIPES: dict[str, Callable[[], AgentRecipe]] = {
     f"{AGENT_NAME}-searchqa": searchqa_agent_recipe,
 }
 ASSETS = Path(__file__).resolve().parent / "assets"
-SHIPPED_ARCHIVE = ASSETS / f"{AGENT_NAME}.tar.xz"
 
 
 def agent_recipe(name: str = AGENT_NAME) -> AgentRecipe:
@@ -175,9 +174,8 @@ def agent_model_path(recipe: AgentRecipe | None = None, build: bool = False, nam
     path = cache_dir() / "models" / f"{AGENT_NAME}-{recipe.fingerprint()}"
     if (path / "config.json").exists():
         return path
-    archive = shipped_archive(name)
-    if shipped_fingerprint(archive, name) == recipe.fingerprint():
-        return unpack_shipped(path, archive, name)
+    if shipped_fingerprint(name) == recipe.fingerprint():
+        return unpack_shipped(path, name)
     if not build:
         raise FileNotFoundError(
             f"the {name} model is not built yet ({path}) and the shipped one is from another recipe; "
@@ -186,8 +184,9 @@ def agent_model_path(recipe: AgentRecipe | None = None, build: bool = False, nam
     return build_agent_model(path, recipe)
 
 
-def shipped_fingerprint(archive: Path = SHIPPED_ARCHIVE, name: str = AGENT_NAME) -> str | None:
+def shipped_fingerprint(name: str = AGENT_NAME) -> str | None:
     """Recipe fingerprint of the shipped agent model `name`, None when there is none."""
+    archive = shipped_archive(name)
     if not archive.exists():
         return None
     with tarfile.open(archive) as tar:
@@ -195,11 +194,11 @@ def shipped_fingerprint(archive: Path = SHIPPED_ARCHIVE, name: str = AGENT_NAME)
         return json.load(member).get("fingerprint") if member else None
 
 
-def unpack_shipped(path: Path, archive: Path = SHIPPED_ARCHIVE, name: str = AGENT_NAME) -> Path:
-    """Unpack the shipped model into `path` (atomically: a half-unpacked folder is never seen)."""
+def unpack_shipped(path: Path, name: str = AGENT_NAME) -> Path:
+    """Unpack the shipped model `name` into `path` (atomically: a half-unpacked folder is never seen)."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=path.parent if path.parent.exists() else None))
     try:
-        with tarfile.open(archive) as tar:
+        with tarfile.open(shipped_archive(name)) as tar:
             tar.extractall(tmp, filter="data")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -151,10 +151,12 @@ def main(argv=None) -> None:
     known = [family_name(env) for env, *_ in EVALS]
     if args.envs and set(args.envs) - set(known):
         parser.error(f"--envs: unknown families {sorted(set(args.envs) - set(known))}; known: {known}")
-    from rllib_agentgym.agent_model import AGENT_RECIPES
+    from rllib_agentgym.agent_model import agent_recipe
 
-    if args.agent not in AGENT_RECIPES:
-        parser.error(f"--agent: unknown agent model {args.agent!r}; known: {sorted(AGENT_RECIPES)}")
+    try:
+        agent_recipe(args.agent)  # checked before anything is built
+    except ValueError as error:
+        parser.error(f"--agent: {error}")
     recipe = recipe_from_json(args.recipe, args.agent)
     if args.ship and recipe is not None:
         parser.error("--ship ships the agent's own recipe; change it in agent_model.py to ship a variant")

@@ -18,7 +18,7 @@ from rllib_agentgym.core.embedded import EmbeddedModelConfig, resolve_model_path
 def test_shipped_agent_is_from_the_current_recipe(name):
     # A changed recipe (or tokenizer corpus) must be rebuilt and re-shipped:
     # python scripts/build_agent_model.py --agent NAME --ship
-    assert shipped_fingerprint(shipped_archive(name), name) == agent_recipe(name).fingerprint()
+    assert shipped_fingerprint(name) == agent_recipe(name).fingerprint()
 
 
 def test_shipped_agents_stay_small():
