@@ -11,6 +11,16 @@ top-k it retries once with the entity kind added to the query.
 the action is a whole model turn, "<think>thought</think>\\n<search>q</search>";
 the thought is the same reasoning as plain text.
 
+Two thought styles (`ExpertAgent(env, thoughts=...)`) for what was read:
+
+* ``"paraphrase"`` (default): "The page of Mesherk says its country is
+  Venoueth." The name comes after words the page does not contain, so a
+  model must find where it starts by content alone.
+* ``"quote"``: "The page of Mesherk says: Mesherk is a city in Venoueth."
+  The page's own sentence up to the value, so each token follows one it also
+  follows on the page: a chain of short copies (induction) instead of one
+  lookup for the name's first token.
+
     python -m envs.searchqa.expert --split test     # success rate per hop count
 """
 
@@ -23,7 +33,7 @@ from typing import Any
 
 from envs.searchqa.actions import parse_information
 from envs.searchqa.env import SearchQAEnv
-from envs.searchqa.world import extract
+from envs.searchqa.world import extract, extract_quote
 
 _LABELS = {
     "birth_city": "birth city",
@@ -46,8 +56,14 @@ _LABELS = {
 }
 
 
+THOUGHT_STYLES = ("paraphrase", "quote")
+
+
 class ExpertAgent:
-    def __init__(self, env: SearchQAEnv):
+    def __init__(self, env: SearchQAEnv, thoughts: str = "paraphrase"):
+        if thoughts not in THOUGHT_STYLES:
+            raise ValueError(f"thoughts must be one of {THOUGHT_STYLES}, not {thoughts!r}")
+        self._quote = thoughts == "quote"
         question = env.task.world_question if env.task is not None else None
         if question is None:
             raise ValueError("the scripted expert only plays generated-world questions (reset the env to one first)")
@@ -73,7 +89,10 @@ class ExpertAgent:
         value = extract(kind, field, page)
         if value is None:
             return self._answer("unknown", f"The page of {self._subject} does not state its {_LABELS[field]}.")
-        fact = f"The page of {self._subject} says its {_LABELS[field]} is {value}."
+        if self._quote:
+            fact = f"The page of {self._subject} says: {extract_quote(kind, field, page)}."
+        else:
+            fact = f"The page of {self._subject} says its {_LABELS[field]} is {value}."
         self._hop += 1
         if self._hop == len(self._path):
             self._final = value

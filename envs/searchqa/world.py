@@ -388,8 +388,23 @@ def _field_patterns(kind: str, name: str) -> tuple[re.Pattern[str], ...]:
 
 def extract(kind: str, name: str, text: str) -> str | None:
     """Read field `name` off the page text of a `kind` entity (inverts the templates)."""
+    match = _field_match(kind, name, text)
+    return match.group("value") if match else None
+
+
+def extract_quote(kind: str, name: str, text: str) -> str | None:
+    """The page's own words that state field `name`: its sentence, from the start through the value.
+
+    "Mesherk is a city in Venoueth" for a city's country (the sentence goes on
+    "with a population of ..."): what a reader quotes to show where a value came from.
+    """
+    match = _field_match(kind, name, text)
+    return text[match.start():match.end("value")] if match else None
+
+
+def _field_match(kind: str, name: str, text: str) -> re.Match[str] | None:
     for pattern in _field_patterns(kind, name):
         match = pattern.search(text)
         if match:
-            return match.group("value")
+            return match
     return None

@@ -35,7 +35,7 @@ from envs.searchqa.retrieval import (
 )
 from envs.searchqa.retriever import create_retriever_app
 from envs.searchqa.server import create_app
-from envs.searchqa.world import FIELDS, extract, generate_world, get_world
+from envs.searchqa.world import FIELDS, extract, extract_quote, generate_world, get_world
 
 
 def _test_ids(category: str, n: int) -> list[int]:
@@ -445,6 +445,37 @@ def test_expert_success_rate_by_hop_count():
     for hops in (1, 2, 3, 4):
         assert rates[f"gen-{hops}hop"]["success_rate"] == 1.0
         assert rates[f"gen-{hops}hop"]["mean_searches"] == hops
+
+
+def test_expert_quote_thoughts_copy_the_page_they_read():
+    """`thoughts="quote"` answers as the default style does, and every quoted fact is the page's own
+    words, ending in the name searched next (or answered)."""
+    env = SearchQAEnv()
+    for data_idx in _test_ids("gen-3hop", 4):
+        observation = env.reset(data_idx)
+        agent, quotes = ExpertAgent(env, thoughts="quote"), 0
+        for _ in range(8):
+            thought, action = agent.act(observation)
+            if "says: " in thought:
+                quote = thought.split("says: ", 1)[1].split(". ", 1)[0].rstrip(".")
+                assert quote in observation
+                named = re.search(r"<(?:search|answer)>(.*?)</", action).group(1)
+                assert quote.endswith(named)
+                quotes += 1
+            result = env.step(action)
+            observation = result.observation
+            if result.done:
+                break
+        assert result.info["success"] and quotes == 3
+    with pytest.raises(ValueError, match="thoughts must be one of"):
+        ExpertAgent(env, thoughts="verbose")
+
+
+def test_extract_quote_is_the_sentence_through_the_value():
+    page = "Mesherk is a city in Venoueth with a population of 774,979. It was founded in 1245."
+    assert extract_quote("city", "country", page) == "Mesherk is a city in Venoueth"
+    assert extract_quote("city", "founding_year", page) == "It was founded in 1245"
+    assert extract_quote("city", "river", page) is None
 
 
 def test_expert_refuses_user_questions(small_corpus, tmp_path):
