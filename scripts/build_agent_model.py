@@ -126,7 +126,8 @@ def data_from_json(entries) -> tuple:
             raise SystemExit(f"--recipe: each `data` entry needs {sorted(required)} and may set "
                              f"{sorted(fields - required)}, got {entry!r}")
         options = {k: tuple(sorted(v.items())) for k, v in entry.items() if isinstance(v, dict)}
-        data.append(ExpertData(**{**entry, **options}))
+        lists = {k: tuple(v) for k, v in entry.items() if isinstance(v, list)}  # e.g. categories
+        data.append(ExpertData(**{**entry, **options, **lists}))
     return tuple(data)
 
 

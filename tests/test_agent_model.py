@@ -52,6 +52,8 @@ def test_later_recipe_options_key_the_cache_only_when_used():
     assert dataclasses.replace(recipe, data=renamed).fingerprint() != recipe.fingerprint()
     spread = (recipe.data[0], dataclasses.replace(recipe.data[1], shuffle_tasks=True))
     assert dataclasses.replace(recipe, data=spread).fingerprint() != recipe.fingerprint()
+    shallow = (dataclasses.replace(recipe.data[0], categories=("depth 1",)), *recipe.data[1:])
+    assert dataclasses.replace(recipe, data=shallow).fingerprint() != recipe.fingerprint()
 
 
 def test_build_script_recipe_variants_change_known_fields_only():
@@ -78,6 +80,8 @@ def test_build_script_recipe_variants_change_known_fields_only():
     assert renamed.data == (ExpertData("agentgym/textcraft", 800, 15, augmented_copies=1,
                                        expert_options=(("thoughts", "steps"),)),)
     assert renamed.fingerprint() != AgentRecipe().fingerprint()
+    find = recipe_from_json('{"data": [{"env": "agentgym/sciworld", "num": 600, "max_turns": 20, "categories": ["Find"]}]}')
+    assert find.data == (ExpertData("agentgym/sciworld", 600, 20, categories=("Find",)),)
     with pytest.raises(SystemExit, match="each `data` entry needs"):
         recipe_from_json('{"data": [{"env": "agentgym/textcraft", "num": 800}]}')
     with pytest.raises(SystemExit, match="non-empty list"):

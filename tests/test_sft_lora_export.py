@@ -207,3 +207,15 @@ def test_lora_trains_only_the_adapter_and_export_merges_it(ray_local, tmp_path, 
             assert torch.allclose(runner._engine._model(ids).logits, merged(ids).logits, atol=1e-4)
     finally:
         runner.stop()
+
+
+def test_expert_conversations_of_chosen_categories_only(tmp_path):
+    from rllib_agentgym.data.experts import main as experts_main
+
+    rows = list(expert_conversations("agentgym/textcraft", "train", num=6, shuffle_seed=0, categories=["depth 2"]))
+    assert len(rows) == 6 and {row["category"] for row in rows} == {"depth 2"}
+    with pytest.raises(ValueError, match="has no category depth 9"):
+        next(expert_conversations("agentgym/textcraft", "train", num=1, categories=["depth 9"]))
+    out = tmp_path / "shallow.jsonl"
+    experts_main(["--env", "agentgym/textcraft", "--num", "3", "--out", str(out), "--categories", "depth 1"])
+    assert {json.loads(line)["category"] for line in out.read_text().splitlines()} == {"depth 1"}

@@ -21,7 +21,7 @@ import functools
 import json
 import logging
 import random
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from rllib_agentgym.envs.registry import family_name, get_spec
 
@@ -65,13 +65,15 @@ def expert_episode(spec, env, data_idx: int, max_steps: int = 100,
 
 def expert_conversations(env: str, split: str = "train", num: int = 100, max_steps: int = 100,
                          env_options: dict | None = None, expert_options: dict | None = None,
-                         shuffle_seed: int | None = None) -> Iterator[dict[str, Any]]:
+                         shuffle_seed: int | None = None,
+                         categories: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
     """Up to `num` successful expert conversations, over the split's tasks in order, or in an order
     shuffled with `shuffle_seed` (so that a `num` below the split's size spreads over its task types:
-    SciWorld's split is grouped by task type)."""
+    SciWorld's split is grouped by task type); only tasks of `categories` when given (an unknown
+    category is a ValueError, as in env_config `categories`)."""
     spec = get_spec(env)
     check_expert_options(spec, expert_options)
-    task_ids = list(spec.split_ids(split))
+    task_ids = spec.task_ids(split, categories or None)
     if shuffle_seed is not None:
         random.Random(shuffle_seed).shuffle(task_ids)
     instance = spec.load_env_class()(**{**spec.env_options, **(env_options or {})})
@@ -157,6 +159,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the augmentation (and of --shuffle)")
     parser.add_argument("--shuffle", action="store_true",
                         help="visit the split's tasks in a seeded random order instead of in order")
+    parser.add_argument("--categories", type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
+                        default=None, help="only tasks of these categories, e.g. Find or 'depth 1,depth 2'")
     return parser
 
 
@@ -168,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"--{name.replace('_', '-')} must be a JSON object")
     try:
         rows = expert_conversations(args.env, args.split, args.num, args.max_steps, expert_options=args.expert_options,
-                                   shuffle_seed=args.seed if args.shuffle else None)
+                                   shuffle_seed=args.seed if args.shuffle else None, categories=args.categories)
         rows = with_augmented_copies(rows, args.env, args.augmented_copies, args.seed, args.augment_options)
         n = write_jsonl(args.out, rows)
     except ValueError as exc:  # unknown expert or augment options, a family without augmentation
