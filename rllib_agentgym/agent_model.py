@@ -19,7 +19,8 @@ often), which is what GRPO needs to improve on:
    embedded model.
 
 `model_path: embedded-agent-searchqa` names a second agent, trained on Deep
-Search alone (`AGENT_RECIPES` lists the names). Nothing of the test splits is
+Search alone, and `embedded-agent-sciworld` a third, trained on SciWorld's
+Find tasks (`AGENT_RECIPES` lists the names). Nothing of the test splits is
 trained on. A recipe is deterministic up to floating point on one machine;
 numbers measured with it are in docs/learning.md.
 """
@@ -59,6 +60,7 @@ class ExpertData:
     augment_options: tuple[tuple[str, object], ...] = ()  # the augmentation's options, e.g. names
     expert_options: tuple[tuple[str, object], ...] = ()  # the family ExpertAgent's options, e.g. thoughts
     shuffle_tasks: bool = False  # visit the split in a seeded random order (num < split: a spread of task types)
+    categories: tuple[str, ...] = ()  # only the split's tasks of these categories (all when empty)
 
 
 def _agent_model_config() -> EmbeddedModelConfig:
@@ -106,7 +108,8 @@ class AgentRecipe:
 # out of the cache key, so adding an option does not invalidate models built before it.
 _NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0, "induction_steps": 0,
                    "copy_conversations": 0}
-_NEUTRAL_DATA = {"augmented_copies": 0, "augment_options": (), "expert_options": (), "shuffle_tasks": False}
+_NEUTRAL_DATA = {"augmented_copies": 0, "augment_options": (), "expert_options": (), "shuffle_tasks": False,
+                 "categories": ()}
 
 
 def _key_fields(recipe: dict) -> dict:
@@ -142,11 +145,28 @@ def searchqa_agent_recipe() -> AgentRecipe:
                        data=(ExpertData("agentgym/searchqa", 4000, 6),), iterations=1400)
 
 
+def sciworld_agent_recipe() -> AgentRecipe:
+    """SciWorld's Find tasks alone, from the hand-set induction circuit.
+
+    Find is the one SciWorld category short enough for the budget (12-16 gold
+    steps, about 1,700 tokens) and a quarter of the test split. The expert's
+    thoughts restate the task (`thoughts: task`), since what the agents
+    trained on the default thoughts get wrong is the box and room the task
+    names (docs/learning.md, 2). Built from all 600 Find train tasks, about 4
+    passes.
+    """
+    return AgentRecipe(model=dataclasses.replace(_agent_model_config(), induction_circuit=True),
+                       data=(ExpertData("agentgym/sciworld", 600, 20, expert_options=(("thoughts", "task"),),
+                                        shuffle_tasks=True, categories=("Find",)),),
+                       iterations=640, max_model_len=2048)
+
+
 # `model_path` names of the agent models: the shared TextCraft + BabyAI agent, and one per family
 # where a family of its own does better than its share of the shared one.
 AGENT_RECIPES: dict[str, Callable[[], AgentRecipe]] = {
     AGENT_NAME: AgentRecipe,
     f"{AGENT_NAME}-searchqa": searchqa_agent_recipe,
+    f"{AGENT_NAME}-sciworld": sciworld_agent_recipe,
 }
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -252,13 +272,15 @@ def write_expert_data(recipe: AgentRecipe, folder: Path, log: Callable[[str], No
     for i, item in enumerate(recipe.data):
         rows = expert_conversations(item.env, "train", item.num, max_steps=item.max_turns,
                                     env_options=dict(item.env_options), expert_options=dict(item.expert_options),
-                                    shuffle_seed=recipe.seed + i if item.shuffle_tasks else None)
+                                    shuffle_seed=recipe.seed + i if item.shuffle_tasks else None,
+                                    categories=item.categories)
         rows = with_augmented_copies(rows, item.env, item.augmented_copies, seed=recipe.seed + i,
                                      options=dict(item.augment_options))
         path = folder / f"{i}-{family_name(item.env)}.jsonl"
         n = write_jsonl(path, rows)
         copies = f", {item.augmented_copies} augmented copies each" if item.augmented_copies else ""
-        log(f"{n} {family_name(item.env)} conversations (<= {item.max_turns} turns{copies}) -> {path}")
+        only = f", categories {', '.join(item.categories)}" if item.categories else ""
+        log(f"{n} {family_name(item.env)} conversations (<= {item.max_turns} turns{copies}{only}) -> {path}")
         paths.append(str(path))
     if recipe.copy_conversations:
         from transformers import AutoTokenizer

@@ -8,17 +8,42 @@ fresh JVM too. Deterministic for a given env: the same task, loaded after
 the same earlier tasks in that JVM, gives the same actions and thoughts (the
 engine's plan can differ with the JVM's load history). After the sequence
 ends (only when the plan fell short) the agent keeps looking around.
+
+Two thought styles (`ExpertAgent(env, thoughts=...)`):
+
+* ``"steps"`` (default): "Step 3 of 14 of the known solution: go to kitchen."
+* ``"task"``: every thought restates the task ("My task: find a(n) animal.
+  First, focus on the thing. Then, move it to the red box in the workshop."),
+  so the room and box an action names stand a few tokens above it, in the
+  same words, instead of only in the first observation.
 """
 
 from __future__ import annotations
 
+import re
+
 from envs.sciworld.env import SciWorldEnv
+
+
+THOUGHT_STYLES = ("steps", "task")
+_TASK = re.compile(r"Your task is to (.+)")
+
+
+def task_text(first_observation: str) -> str:
+    """The task as the first observation states it, without "Your task is to"."""
+    match = _TASK.search(first_observation)
+    if match is None:
+        raise ValueError("the observation states no task ('Your task is to ...')")
+    return match.group(1).strip()
 
 
 class ExpertAgent:
     """Gold-path player; build it right after `env.reset(data_idx)`."""
 
-    def __init__(self, env: SciWorldEnv):
+    def __init__(self, env: SciWorldEnv, thoughts: str = "steps"):
+        if thoughts not in THOUGHT_STYLES:
+            raise ValueError(f"thoughts must be one of {THOUGHT_STYLES}, not {thoughts!r}")
+        self._task = task_text(env.observation()) if thoughts == "task" else None
         self._actions = env.gold_actions()
         self._next = 0
 
@@ -34,4 +59,6 @@ class ExpertAgent:
             return "The gold path is used up; I look around.", "look around"
         i, action = self._next, self._actions[self._next]
         self._next += 1
+        if self._task is not None:
+            return f"My task: {self._task}", action
         return f"Step {i + 1} of {len(self._actions)} of the known solution: {action}.", action

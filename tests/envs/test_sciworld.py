@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from envs.sciworld import tasks
 from envs.sciworld.env import EPISODE_OVER, SciWorldEnv
-from envs.sciworld.expert import ExpertAgent
+from envs.sciworld.expert import ExpertAgent, task_text
 from envs.sciworld.server import create_app
 
 # Short gold paths from three categories; use-thermometer pays partial credit on the way.
@@ -190,6 +190,20 @@ def test_gold_path_only_before_the_first_step(env):
 
 
 # -- expert: in-process and over HTTP ----------------------------------------------------
+
+
+def test_expert_task_thoughts_restate_the_task(env):
+    # (The gold path itself may differ between two loads in one JVM; the thought style does not touch it.)
+    env.reset(_first_id("4-2", split="train"))
+    restating = ExpertAgent(env, thoughts="task")
+    thought, action = restating.act(env.observation())
+    assert action == restating.actions[0]
+    assert thought == "My task: " + task_text(env.observation())
+    assert thought.startswith("My task: find a(n) non-living thing.") and "box in the" in thought
+    with pytest.raises(ValueError, match="thoughts must be one of"):
+        ExpertAgent(env, thoughts="verbose")
+    with pytest.raises(ValueError, match="states no task"):
+        task_text("This room is called the kitchen.")
 
 
 def test_expert_succeeds_in_process_and_over_http_with_the_same_observations(client):
