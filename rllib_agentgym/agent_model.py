@@ -148,7 +148,7 @@ def searchqa_agent_recipe() -> AgentRecipe:
 def sciworld_agent_recipe() -> AgentRecipe:
     """SciWorld's Find tasks alone, from the hand-set induction circuit.
 
-    Find is the one SciWorld category short enough for the budget (12-16 gold
+    Find is the one SciWorld category short enough for the budget (9-16 gold
     steps, about 1,700 tokens) and a quarter of the test split. The expert's
     thoughts restate the task (`thoughts: task`), since what the agents
     trained on the default thoughts get wrong is the box and room the task
