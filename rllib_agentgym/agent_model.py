@@ -131,6 +131,11 @@ def lr_schedule(recipe: "AgentRecipe") -> list[list[float]]:
     return [[0, recipe.lr / 100], [recipe.lr_warmup_iterations * per_iteration, recipe.lr], [total, recipe.lr_final]]
 
 
+def _circuit_model_config() -> EmbeddedModelConfig:
+    """The agent's size, started from the hand-set induction circuit (core/induction_circuit.py)."""
+    return dataclasses.replace(_agent_model_config(), induction_circuit=True)
+
+
 def searchqa_agent_recipe() -> AgentRecipe:
     """Deep Search alone, from the hand-set induction circuit (core/induction_circuit.py).
 
@@ -141,8 +146,8 @@ def searchqa_agent_recipe() -> AgentRecipe:
     the same recipe answers 0 and 0.5% (the copy's start is not found), so a
     rebuild elsewhere may not reproduce the shipped archive's score.
     """
-    return AgentRecipe(model=dataclasses.replace(_agent_model_config(), induction_circuit=True),
-                       data=(ExpertData("agentgym/searchqa", 4000, 6),), iterations=1400)
+    return AgentRecipe(model=_circuit_model_config(), data=(ExpertData("agentgym/searchqa", 4000, 6),),
+                       iterations=1400)
 
 
 def sciworld_agent_recipe() -> AgentRecipe:
@@ -155,7 +160,7 @@ def sciworld_agent_recipe() -> AgentRecipe:
     names (docs/learning.md, 2). Built from all 600 Find train tasks, about 4
     passes.
     """
-    return AgentRecipe(model=dataclasses.replace(_agent_model_config(), induction_circuit=True),
+    return AgentRecipe(model=_circuit_model_config(),
                        data=(ExpertData("agentgym/sciworld", 600, 20, expert_options=(("thoughts", "task"),),
                                         shuffle_tasks=True, categories=("Find",)),),
                        iterations=640, max_model_len=2048)

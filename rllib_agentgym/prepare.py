@@ -2,9 +2,9 @@
 
 Builds the embedded model (tokenizer + Qwen2 weights) into the cache dir
 ($RLLIB_AGENTGYM_CACHE or ~/.cache/rllib_agentgym) and unpacks the embedded
-agent models shipped with the package (`model_path: embedded-agent` and
-`embedded-agent-searchqa`: the embedded architecture trained by AgentSFT on
-expert conversations, see rllib_agentgym/agent_model.py), and prints where
+agent models shipped with the package (`model_path: embedded-agent`,
+`embedded-agent-searchqa`, ...: every name in `agent_model.AGENT_RECIPES`, the
+embedded architecture trained by AgentSFT on expert conversations), and prints where
 they are. With `--agent`, an agent model is built from its recipe when the
 shipped one is from another recipe (about 20 minutes each on 2 CPU cores).
 """
