@@ -159,7 +159,8 @@ def sciworld_agent_recipe() -> AgentRecipe:
     trained on the default thoughts get wrong is the box and room the task
     names (docs/learning.md, 2). Built from all 600 Find train tasks, about 4
     passes, in batches of 2: twice the optimizer steps of batches of 4 for
-    about the same time, which is what lifts Find from 3% to 25%.
+    about the same time, which lifts Find (60 test tasks) from 3% to 25% at
+    seed 0; over seeds 0-2 the recipe gets 18 +- 15%.
     """
     return AgentRecipe(model=_circuit_model_config(),
                        data=(ExpertData("agentgym/sciworld", 600, 20, expert_options=(("thoughts", "task"),),
