@@ -109,6 +109,11 @@ def test_build_script_recipe_variants_start_from_the_chosen_agent():
     assert longer.model.induction_circuit
     seeded = recipe_from_json('{"model": {"seed": 1}}', "embedded-agent-searchqa")
     assert seeded.model.induction_circuit and seeded.model.seed == 1
+    pairs = recipe_from_json('{"model": {"induction_match_tokens": 2}}', "embedded-agent-sciworld")
+    assert pairs.model.induction_match_tokens == 2
+    assert pairs.fingerprint() != agent_recipe("embedded-agent-sciworld").fingerprint()
+    with pytest.raises(SystemExit, match="induction_circuit"):  # the shared agent has no circuit to widen
+        recipe_from_json('{"model": {"induction_match_tokens": 2}}')
 
 
 def test_lr_schedule_warms_up_then_decays():

@@ -52,12 +52,17 @@ class EmbeddedModelConfig:
     # A hand-set induction circuit at initialisation (core/induction_circuit.py): the fresh model
     # copies repeated text before training, which it does not learn within a CPU budget.
     induction_circuit: bool = False
+    # Tokens its induction head matches: 1, or 2 (the current token and the one before; the
+    # embeddings then keep hidden_size - 2 * head_dim dimensions).
+    induction_match_tokens: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "whole_word_lists", tuple(self.whole_word_lists))  # JSON gives lists
         unknown = sorted(set(self.whole_word_lists) - set(WORD_LISTS))
         if unknown:
             raise ValueError(f"unknown whole_word_lists {unknown}; known: {sorted(WORD_LISTS)}")
+        if self.induction_match_tokens != 1 and not self.induction_circuit:
+            raise ValueError("induction_match_tokens applies to the induction circuit: set induction_circuit too")
 
 
 def _textcraft_item_names() -> list[str]:
@@ -77,7 +82,7 @@ def cache_dir() -> Path:
 
 
 # Fields added after the first models; at these values they change nothing and stay out of cache keys.
-_NEUTRAL_FIELDS = {"whole_word_lists": (), "induction_circuit": False}
+_NEUTRAL_FIELDS = {"whole_word_lists": (), "induction_circuit": False, "induction_match_tokens": 1}
 
 
 def config_key(fields: dict) -> dict:
@@ -182,7 +187,8 @@ def build_embedded_model(path: Path, config: EmbeddedModelConfig) -> Path:
     if config.induction_circuit:
         from rllib_agentgym.core.induction_circuit import InductionCircuit, install_induction_circuit
 
-        install_induction_circuit(model, InductionCircuit(seed=config.seed))
+        circuit = InductionCircuit(match_tokens=config.induction_match_tokens, seed=config.seed)
+        install_induction_circuit(model, circuit)
     model.generation_config = GenerationConfig(
         eos_token_id=model_config.eos_token_id, pad_token_id=model_config.pad_token_id
     )
