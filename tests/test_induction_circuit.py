@@ -102,6 +102,11 @@ def test_two_token_matches_need_room_and_a_second_key_value_head():
                                                head_dim=64, tie_word_embeddings=True))
     with pytest.raises(ValueError, match="second key/value head"):
         install_induction_circuit(one_kv_head, InductionCircuit(match_tokens=2))
+    narrow = Qwen2ForCausalLM(Qwen2Config(vocab_size=512, hidden_size=128, intermediate_size=256,
+                                          num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                          head_dim=64, tie_word_embeddings=True))
+    with pytest.raises(ValueError, match="3 \\* head_dim"):  # two reserved blocks and the embeddings
+        install_induction_circuit(narrow, InductionCircuit(match_tokens=2))
 
 
 def test_the_circuit_needs_two_layers():

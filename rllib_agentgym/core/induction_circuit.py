@@ -106,7 +106,8 @@ def install_induction_circuit(model, circuit: InductionCircuit = InductionCircui
     `circuit.match_tokens` is 2) and layer 1 head 0 as an induction head, in place.
 
     Needs a Qwen2-style model with q/k/v biases, tied embeddings and at least two layers
-    (for two-token matches also two key/value heads, query head 2 on the second)."""
+    (for two-token matches also a second key/value head: the two-back head is the first query
+    head on it, head 2 at the agent's size)."""
     import torch
 
     cfg = model.config
@@ -116,8 +117,8 @@ def install_induction_circuit(model, circuit: InductionCircuit = InductionCircui
         raise ValueError(f"the induction circuit needs 2+ layers, tied embeddings and hidden_size >= "
                          f"{circuit.match_tokens + 1} * head_dim")
     groups = cfg.num_attention_heads // cfg.num_key_value_heads  # query heads per key/value head
-    if circuit.match_tokens == 2 and (cfg.num_key_value_heads < 2 or cfg.num_attention_heads <= groups):
-        raise ValueError("two-token matches need a second key/value head (query head 2 uses it)")
+    if circuit.match_tokens == 2 and cfg.num_key_value_heads < 2:
+        raise ValueError("two-token matches need a second key/value head (for the two-back head)")
     inv_freq = model.model.rotary_emb.inv_freq  # theta_j of the model's own RoPE
     generator = torch.Generator().manual_seed(circuit.seed)
     read = torch.zeros(d, hidden)  # P: a head_dim projection of the embedding dimensions
@@ -156,10 +157,10 @@ def install_induction_circuit(model, circuit: InductionCircuit = InductionCircui
         for t in range(circuit.match_tokens):
             rows = slow[t * share:(t + 1) * share]
             match = orthonormal_rows(share, d, generator)  # Q_t
-            query_rows = torch.zeros(share, hidden)
             if t == 0:
                 query_rows = match @ read  # the current token itself
             else:
+                query_rows = torch.zeros(share, hidden)
                 query_rows[:, content:content + d] = match  # the previous-token write at m
             key_rows = torch.zeros(share, hidden)
             key_rows[:, content + t * d:content + (t + 1) * d] = match  # the write of x_{n-1-t} at n
