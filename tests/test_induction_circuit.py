@@ -68,17 +68,9 @@ def test_a_fresh_model_with_the_circuit_copies_repeated_text():
     assert float(torch.stack([induction[:, 32 + i, i + 1] for i in range(31)]).mean()) > 0.8
 
 
-def repeats_of_few_words(words: int, seed: int = 1):
-    """Random text over `words` token ids written twice: most tokens recur within a half, pairs rarely."""
-    half = torch.randint(8, 8 + words, (16, 48), generator=torch.Generator().manual_seed(seed))
-    ids = torch.cat([half, half], dim=1)
-    labels = ids.clone()
-    labels[:, :48] = -100
-    return ids, labels
-
-
 def test_two_token_matches_copy_where_single_tokens_repeat():
-    ids, labels = repeats_of_few_words(60)
+    # Random text over only 60 token ids (8..67) written twice: most tokens recur within a half, pairs rarely.
+    ids, labels = induction_batch(16, 48, 68, 8, torch.Generator().manual_seed(1))
     losses = {}
     for tokens in (1, 2):
         model = small_model()
