@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from envs.sciworld import tasks
 from envs.sciworld.env import EPISODE_OVER, SciWorldEnv
-from envs.sciworld.expert import ExpertAgent, task_text
+from envs.sciworld.expert import ExpertAgent, look_on_arrival_path, task_text
 from envs.sciworld.server import create_app
 
 # Short gold paths from three categories; use-thermometer pays partial credit on the way.
@@ -209,6 +209,25 @@ def test_expert_task_thoughts_restate_the_task(env):
         ExpertAgent(env, thoughts="verbose")
     with pytest.raises(ValueError, match="states no task"):
         task_text("This room is called the kitchen.")
+
+
+def test_look_on_arrival_shows_what_the_next_action_names(env):
+    assert look_on_arrival_path(["go to a", "look around", "go to b", "focus on c", "go to d"]) == [
+        "go to a", "look around", "go to b", "look around", "focus on c", "go to d"]
+    # Lifespan's gold path focuses on an animal outside without looking at it.
+    env.reset(_first_id("7-1"))
+    assert "look around" not in ExpertAgent(env).actions
+    looking = ExpertAgent(env, look_on_arrival=True)
+    observation, result = env.observation(), None
+    for _ in looking.actions:
+        _, action = looking.act(observation)
+        if action.startswith("focus on "):
+            assert action.removeprefix("focus on ") in observation, (action, observation)
+        result = env.step(action)
+        observation = result.observation
+        if result.done:
+            break
+    assert result.info["success"]
 
 
 def test_expert_succeeds_in_process_and_over_http_with_the_same_observations(client):
