@@ -17,20 +17,21 @@ Two thought styles (`ExpertAgent(env, thoughts=...)`):
   so the room and box an action names stand a few tokens above it, in the
   same words, instead of only in the first observation.
 
-`look_on_arrival=True` looks around after each `go to` that the gold path
-does not already follow with `look around`. Some gold paths act on what a room
-holds without looking at it (Lifespan: "go to outside", then "focus on
-crocodile", while "You move to the outside." names no animal), so an agent
-trained on them must guess a name it was never shown; with the look, the name
-is in the observation above the action. Off by default: a look is a step of
-the simulation, and the plain gold path is the engine's own.
+`list_on_arrival=True` checks the valid actions after each `go to` (unless
+the path's next action does that, or there is none). Some gold paths act on
+what a room holds without looking at it, and name objects by the engine's
+reference names, which only that list shows: Lifespan's goes to the outside
+and focuses on "egg giant tortoise" while "You move to the outside." names no
+animal and `look around` says "a giant tortoise egg". With the list, the name
+the action uses is in the observation above it. Off by default: the plain
+gold path is the engine's own.
 """
 
 from __future__ import annotations
 
 import re
 
-from envs.sciworld.env import SciWorldEnv
+from envs.sciworld.env import CHECK_VALID_ACTIONS, SciWorldEnv
 
 
 THOUGHT_STYLES = ("steps", "task")
@@ -45,24 +46,24 @@ def task_text(first_observation: str) -> str:
     return match.group(1).strip()
 
 
-def look_on_arrival_path(actions: list[str]) -> list[str]:
-    """`actions` with `look around` after each `go to` not already followed by one (nor last)."""
+def list_on_arrival_path(actions: list[str]) -> list[str]:
+    """`actions` with `check valid actions` after each `go to` not already followed by one (nor last)."""
     path: list[str] = []
     for action, following in zip(actions, actions[1:] + [None]):
         path.append(action)
-        if action.startswith("go to ") and following not in (None, "look around"):
-            path.append("look around")
+        if action.startswith("go to ") and following not in (None, CHECK_VALID_ACTIONS):
+            path.append(CHECK_VALID_ACTIONS)
     return path
 
 
 class ExpertAgent:
     """Gold-path player; build it right after `env.reset(data_idx)`."""
 
-    def __init__(self, env: SciWorldEnv, thoughts: str = "steps", look_on_arrival: bool = False):
+    def __init__(self, env: SciWorldEnv, thoughts: str = "steps", list_on_arrival: bool = False):
         if thoughts not in THOUGHT_STYLES:
             raise ValueError(f"thoughts must be one of {THOUGHT_STYLES}, not {thoughts!r}")
         self._task = task_text(env.observation()) if thoughts == "task" else None
-        self._actions = look_on_arrival_path(env.gold_actions()) if look_on_arrival else env.gold_actions()
+        self._actions = list_on_arrival_path(env.gold_actions()) if list_on_arrival else env.gold_actions()
         self._next = 0
 
     @property

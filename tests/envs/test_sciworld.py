@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from envs.sciworld import tasks
 from envs.sciworld.env import EPISODE_OVER, SciWorldEnv
-from envs.sciworld.expert import ExpertAgent, look_on_arrival_path, task_text
+from envs.sciworld.expert import ExpertAgent, list_on_arrival_path, task_text
 from envs.sciworld.server import create_app
 
 # Short gold paths from three categories; use-thermometer pays partial credit on the way.
@@ -211,20 +211,26 @@ def test_expert_task_thoughts_restate_the_task(env):
         task_text("This room is called the kitchen.")
 
 
-def test_look_on_arrival_shows_what_the_next_action_names(env):
-    assert look_on_arrival_path(["go to a", "look around", "go to b", "focus on c", "go to d"]) == [
-        "go to a", "look around", "go to b", "look around", "focus on c", "go to d"]
-    # Lifespan's gold path focuses on an animal outside without looking at it.
+def test_list_on_arrival_shows_the_names_the_next_action_uses(env):
+    check = "check valid actions"
+    assert list_on_arrival_path(["go to a", check, "go to b", "focus on c", "go to d"]) == [
+        "go to a", check, "go to b", check, "focus on c", "go to d"]
+    # Lifespan's gold path focuses on an animal outside, by a name no observation on it shows.
     env.reset(_first_id("7-1"))
-    assert "look around" not in ExpertAgent(env).actions
-    looking = ExpertAgent(env, look_on_arrival=True)
+    plain = ExpertAgent(env).actions
+    focused = next(a for a in plain if a.startswith("focus on ")).removeprefix("focus on ")
+    listing = ExpertAgent(env, list_on_arrival=True)
+    assert listing.actions == list_on_arrival_path(plain) != plain
     observation, result = env.observation(), None
-    for _ in looking.actions:
-        _, action = looking.act(observation)
+    seen = [observation]
+    for _ in listing.actions:
+        _, action = listing.act(observation)
         if action.startswith("focus on "):
-            assert action.removeprefix("focus on ") in observation, (action, observation)
+            assert focused not in "".join(seen[:-1])  # neither the task nor the move names it...
+            assert focused in observation.split("Objects you can refer to here: ")[1].split(", ")  # ...the list does
         result = env.step(action)
         observation = result.observation
+        seen.append(observation)
         if result.done:
             break
     assert result.info["success"]
