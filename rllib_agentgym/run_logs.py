@@ -63,13 +63,16 @@ def write_trajectories(logdir: str | os.PathLike, iteration: int, summaries: Ite
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> Path:
-    """Write records as JSON lines, to a temp name renamed at the end, so that a
-    viewer reading a live run never sees half a file."""
+    """Write records as JSON lines (gzip-compressed when the name ends in .gz, as
+    `read_jsonl` reads it), to a temp name renamed at the end, so that a viewer
+    reading a live run never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix=".jsonl")
+    os.close(fd)
+    opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with opener(tmp, "wt", encoding="utf-8") as f:
             for record in records:
                 f.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
         os.replace(tmp, path)

@@ -79,3 +79,17 @@ def test_write_trajectories_round_trip(tmp_path):
     assert [it for it, _ in trajectory_files(tmp_path)] == [2, 10]
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp_")]
     json.loads(path.read_text().splitlines()[0])
+
+
+def test_write_jsonl_compresses_a_gz_name_as_read_jsonl_reads_it(tmp_path):
+    import gzip
+
+    from rllib_agentgym.run_logs import write_jsonl
+
+    records = [{"success": True, "turns": [{"action": "get 1 oak log"}]}, {"success": False, "turns": []}]
+    packed, plain = write_jsonl(tmp_path / "episodes.jsonl.gz", records), write_jsonl(tmp_path / "episodes.jsonl", records)
+    with gzip.open(packed, "rt", encoding="utf-8") as f:  # `rllib evaluate --episodes X.jsonl.gz`: a real gzip file
+        assert [json.loads(line) for line in f] == records
+    assert read_jsonl(packed) == read_jsonl(plain) == records
+    assert plain.read_text(encoding="utf-8").startswith('{"success": true')
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp_")]
