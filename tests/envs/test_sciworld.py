@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from envs.sciworld import tasks
-from envs.sciworld.env import EPISODE_OVER, SciWorldEnv
+from envs.sciworld.env import CHECK_VALID_ACTIONS, EPISODE_OVER, SciWorldEnv
 from envs.sciworld.expert import ExpertAgent, list_on_arrival_path, task_text
 from envs.sciworld.server import create_app
 
@@ -212,7 +212,7 @@ def test_expert_task_thoughts_restate_the_task(env):
 
 
 def test_list_on_arrival_shows_the_names_the_next_action_uses(env):
-    check = "check valid actions"
+    check = CHECK_VALID_ACTIONS
     assert list_on_arrival_path(["go to a", check, "go to b", "focus on c", "go to d"]) == [
         "go to a", check, "go to b", check, "focus on c", "go to d"]
     # Lifespan's gold path focuses on an animal outside, by a name no observation on it shows.
