@@ -7,7 +7,9 @@ fetched with `get`. The plan walks the recipe tree depth first, crafting each
 item a whole number of batches and reusing leftovers, while it tracks the
 inventory it expects; ingredients gathered for one craft are reserved so that
 a sibling branch (sticks made from the planks meant for the table) cannot
-spend them.
+spend them. Built on an in-process env mid-episode, it plans from what the
+inventory already holds (so it can finish an agent's episode: recovery
+conversations, rllib_agentgym/data/recovery.py).
 
 Two thought styles (`ExpertAgent(env, thoughts=...)`):
 
@@ -74,7 +76,13 @@ class ExpertAgent:
         if thoughts not in THOUGHT_STYLES:
             raise ValueError(f"thoughts must be one of {THOUGHT_STYLES}, not {thoughts!r}")
         self.thoughts = thoughts
-        self._steps = self._plan(env.observation())
+        if hasattr(env, "inventory"):
+            # In process, plan from the env's state: an expert that takes over an
+            # agent's episode midway (rllib_agentgym/data/recovery.py)
+            # starts from what the agent already holds.
+            self._steps = self._plan(env.task.observation(), held=env.inventory)
+        else:  # a client that sees only observations: a fresh task
+            self._steps = self._plan(env.observation())
 
     def act(self, observation: str) -> tuple[str, str]:
         if "Crafting commands:" in observation:  # a new task: plan it afresh
@@ -83,16 +91,16 @@ class ExpertAgent:
             return self._steps.pop(0)
         return "The plan is done but the goal is not in my inventory yet; let me check what I hold.", "inventory"
 
-    def _plan(self, task_text: str) -> list[tuple[str, str]]:
+    def _plan(self, task_text: str, held: dict[str, int] | None = None) -> list[tuple[str, str]]:
         commands, goal = parse_task(task_text)
-        steps = self._search(commands, goal)
+        steps = self._search(commands, goal, held)
         if self.thoughts == "steps":
             return steps
         return plan_thoughts(commands, goal, [action for _, action in steps])
 
     @staticmethod
-    def _search(commands: dict[str, Command], goal: str) -> list[tuple[str, str]]:
-        held: dict[str, int] = {}
+    def _search(commands: dict[str, Command], goal: str, inventory: dict[str, int] | None = None) -> list[tuple[str, str]]:
+        held: dict[str, int] = dict(inventory or {})
         steps: list[tuple[str, str]] = []
 
         def obtain(item: str, need: int, parent: str | None, visiting: frozenset[str]) -> None:

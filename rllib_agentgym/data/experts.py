@@ -11,7 +11,8 @@ e.g. ReAct "Thought: ...\\nAction: ..."). Only successful episodes are kept.
 `--augmented-copies N` adds N variants of each from the family's augmentation
 (`EnvSpec.augment`; TextCraft renames the items, `envs/textcraft/augment.py`),
 with `--augment-options` as its keyword arguments (TextCraft: `{"names":
-"compositional"}` for made-up names).
+"compositional"}` for made-up names). `--from-episodes E.jsonl.gz` writes recovery
+conversations from an agent's failed episodes instead (data/recovery.py).
 """
 
 from __future__ import annotations
@@ -161,6 +162,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="visit the split's tasks in a seeded random order instead of in order")
     parser.add_argument("--categories", type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
                         default=None, help="only tasks of these categories, e.g. Find or 'depth 1,depth 2'")
+    parser.add_argument("--from-episodes", default=None, metavar="EPISODES",
+                        help="instead of whole expert episodes, recovery conversations from an agent's failed "
+                             "episodes (`rllib evaluate --episodes` JSONL, .gz too): each cut at its first action "
+                             "the expert would not take, then finished by the expert (data/recovery.py)")
     return parser
 
 
@@ -171,11 +176,19 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None and not isinstance(getattr(args, name), dict):
             raise SystemExit(f"--{name.replace('_', '-')} must be a JSON object")
     try:
-        rows = expert_conversations(args.env, args.split, args.num, args.max_steps, expert_options=args.expert_options,
-                                   shuffle_seed=args.seed if args.shuffle else None, categories=args.categories)
+        if args.from_episodes:
+            from rllib_agentgym.data.recovery import recovery_conversations
+            from rllib_agentgym.run_logs import read_jsonl
+
+            rows = recovery_conversations(args.env, read_jsonl(args.from_episodes), args.max_steps,
+                                          expert_options=args.expert_options)
+        else:
+            rows = expert_conversations(args.env, args.split, args.num, args.max_steps,
+                                        expert_options=args.expert_options,
+                                        shuffle_seed=args.seed if args.shuffle else None, categories=args.categories)
         rows = with_augmented_copies(rows, args.env, args.augmented_copies, args.seed, args.augment_options)
         n = write_jsonl(args.out, rows)
-    except ValueError as exc:  # unknown expert or augment options, a family without augmentation
+    except (ValueError, FileNotFoundError) as exc:  # bad options, a family without augmentation, no episodes file
         raise SystemExit(str(exc)) from None
     copies = f" ({args.augmented_copies} augmented copies each)" if args.augmented_copies else ""
     print(f"wrote {n} {family_name(args.env)} conversations{copies} to {args.out}")
