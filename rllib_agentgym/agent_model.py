@@ -86,6 +86,10 @@ class AgentRecipe:
     lr: float = 1e-3  # decayed linearly to `lr_final` over the run (RLlib lr schedule)
     lr_final: float = 5e-5
     lr_warmup_iterations: int = 60  # linear warm-up from lr / 100 to `lr` first
+    # A warm restart (0: none): at this iteration the lr, decayed to `lr_final`, climbs back to
+    # `lr_restart` over `RESTART_WARMUP` iterations and decays to `lr_final` again by the end.
+    lr_restart_at: int = 0
+    lr_restart: float = 3e-4
     observation_loss_weight: float = 0.0  # AgentSFT's LM loss on observation tokens (0: responses only)
     induction_steps: int = 0  # induction pretraining steps before AgentSFT (algorithms/sft/induction.py)
     copy_conversations: int = 0  # random-text copy conversations mixed into the SFT data (same module)
@@ -107,13 +111,15 @@ class AgentRecipe:
 # Options added after the first shipped recipe; at these values they change nothing, and they stay
 # out of the cache key, so adding an option does not invalidate models built before it.
 _NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0, "induction_steps": 0,
-                   "copy_conversations": 0}
+                   "copy_conversations": 0, "lr_restart_at": 0}
 _NEUTRAL_DATA = {"augmented_copies": 0, "augment_options": (), "expert_options": (), "shuffle_tasks": False,
                  "categories": ()}
 
 
 def _key_fields(recipe: dict) -> dict:
     key = {k: v for k, v in recipe.items() if _NEUTRAL_RECIPE.get(k, object()) != v}
+    if not recipe.get("lr_restart_at"):
+        key.pop("lr_restart", None)  # no restart: its peak changes nothing
     key["data"] = [{k: v for k, v in d.items() if _NEUTRAL_DATA.get(k, object()) != v} for d in recipe["data"]]
     key["model"] = config_key(recipe["model"])
     if key.get("induction_steps"):  # the stage's fixed settings shape the model too
@@ -123,12 +129,25 @@ def _key_fields(recipe: dict) -> dict:
     return key
 
 
+RESTART_WARMUP = 10  # iterations of the climb back to `lr_restart`
+
+
 def lr_schedule(recipe: "AgentRecipe") -> list[list[float]]:
     """RLlib lr schedule keyed by conversations trained on: warm-up to `lr`, then linear decay to `lr_final`."""
     per_iteration, total = recipe.batch_size, recipe.iterations * recipe.batch_size
     if not recipe.lr_warmup_iterations:
-        return [[0, recipe.lr], [total, recipe.lr_final]]
-    return [[0, recipe.lr / 100], [recipe.lr_warmup_iterations * per_iteration, recipe.lr], [total, recipe.lr_final]]
+        schedule = [[0, recipe.lr], [total, recipe.lr_final]]
+    else:
+        schedule = [[0, recipe.lr / 100], [recipe.lr_warmup_iterations * per_iteration, recipe.lr],
+                    [total, recipe.lr_final]]
+    if recipe.lr_restart_at:
+        if not recipe.lr_warmup_iterations < recipe.lr_restart_at < recipe.iterations - RESTART_WARMUP:
+            raise ValueError(f"lr_restart_at must lie between the warm-up and the last {RESTART_WARMUP} "
+                             f"iterations, got {recipe.lr_restart_at}")
+        restart = recipe.lr_restart_at * per_iteration
+        schedule[-1] = [restart, recipe.lr_final]
+        schedule += [[restart + RESTART_WARMUP * per_iteration, recipe.lr_restart], [total, recipe.lr_final]]
+    return schedule
 
 
 def _circuit_model_config() -> EmbeddedModelConfig:

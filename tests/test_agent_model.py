@@ -46,6 +46,8 @@ def test_later_recipe_options_key_the_cache_only_when_used():
     assert dataclasses.replace(recipe, induction_steps=300).fingerprint() != recipe.fingerprint()
     assert dataclasses.replace(recipe, copy_conversations=0).fingerprint() == recipe.fingerprint()
     assert dataclasses.replace(recipe, copy_conversations=400).fingerprint() != recipe.fingerprint()
+    assert dataclasses.replace(recipe, lr_restart_at=0, lr_restart=1e-4).fingerprint() == recipe.fingerprint()
+    assert dataclasses.replace(recipe, lr_restart_at=1100).fingerprint() != recipe.fingerprint()
     quoted = (recipe.data[0], dataclasses.replace(recipe.data[1], expert_options=(("thoughts", "quote"),)))
     assert dataclasses.replace(recipe, data=quoted).fingerprint() != recipe.fingerprint()
     renamed = (dataclasses.replace(recipe.data[0], augmented_copies=1), *recipe.data[1:])
@@ -121,6 +123,18 @@ def test_lr_schedule_warms_up_then_decays():
     assert lr_schedule(recipe) == [[0, 1e-3], [800, 5e-5]]
     warm = dataclasses.replace(recipe, lr_warmup_iterations=10)
     assert lr_schedule(warm) == [[0, pytest.approx(1e-5)], [80, 1e-3], [800, 5e-5]]
+
+
+def test_lr_schedule_warm_restart_climbs_back_and_decays_again():
+    recipe = AgentRecipe(iterations=100, batch_size=8, lr=1e-3, lr_final=5e-5, lr_warmup_iterations=10,
+                         lr_restart_at=60, lr_restart=3e-4)
+    assert lr_schedule(recipe) == [[0, pytest.approx(1e-5)], [80, 1e-3], [480, 5e-5], [560, 3e-4], [800, 5e-5]]
+    assert dataclasses.replace(recipe, lr_restart_at=0, lr_restart=1e-4).fingerprint() == \
+        dataclasses.replace(recipe, lr_restart_at=0).fingerprint()  # no restart: its peak is not part of the key
+    assert recipe.fingerprint() != dataclasses.replace(recipe, lr_restart=1e-4).fingerprint()
+    for at in (5, 95):  # inside the first warm-up, or too late to climb back
+        with pytest.raises(ValueError, match="lr_restart_at"):
+            lr_schedule(dataclasses.replace(recipe, lr_restart_at=at))
 
 
 def test_embedded_agent_unpacks_into_the_cache_and_loads(embedded_model):
