@@ -29,6 +29,24 @@ from rllib_agentgym.envs.registry import family_name, get_spec
 logger = logging.getLogger(__name__)
 
 
+def play_expert(spec, expert, env, observation: str, messages: list[dict[str, Any]],
+                max_steps: int) -> tuple[float, bool]:
+    """Let `expert` act from `observation` until the episode ends or `max_steps` actions, appending its
+    turns and the env's answers to `messages`; (summed reward, success)."""
+    reward, success = 0.0, False
+    for _ in range(max_steps):
+        thought, action = expert.act(observation)
+        messages.append({"role": "assistant", "content": spec.format_response(thought, action)})
+        step = env.step(action)
+        reward += float(step.reward)
+        success = success or bool(step.info.get("success", False))
+        if step.done:
+            break
+        observation = step.observation
+        messages.append({"role": "user", "content": observation})
+    return reward, success
+
+
 def expert_episode(spec, env, data_idx: int, max_steps: int = 100,
                    expert_options: dict | None = None) -> dict[str, Any] | None:
     """Play one task with the family's expert; the conversation if it succeeded, else None."""
@@ -36,18 +54,8 @@ def expert_episode(spec, env, data_idx: int, max_steps: int = 100,
     observation = env.reset(int(data_idx))
     messages = [{"role": "system", "content": spec.instruction}, {"role": "user", "content": observation}]
     try:
-        agent = expert_cls(env, **(expert_options or {}))
-        reward, success = 0.0, False
-        for _ in range(max_steps):
-            thought, action = agent.act(observation)
-            messages.append({"role": "assistant", "content": spec.format_response(thought, action)})
-            step = env.step(action)
-            reward += float(step.reward)
-            success = success or bool(step.info.get("success", False))
-            if step.done:
-                break
-            observation = step.observation
-            messages.append({"role": "user", "content": observation})
+        reward, success = play_expert(spec, expert_cls(env, **(expert_options or {})), env, observation, messages,
+                                      max_steps)
     except Exception as exc:  # an expert that gives up (e.g. BabyAI's bot guard) loses this task only
         logger.info("expert gave up on %s task %d: %s", spec.name, data_idx, exc)
         return None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, Iterator
 
+from rllib_agentgym.data.experts import check_expert_options, play_expert
 from rllib_agentgym.envs.registry import get_spec
 
 logger = logging.getLogger(__name__)
@@ -55,16 +56,7 @@ def recovery_conversation(spec, env, episode: dict[str, Any], max_steps: int = 1
         else:
             return None  # every action was the expert's: nothing to recover from
         recovery_turns = len(messages)
-        expert = expert_cls(env, **options)
-        for _ in range(max_steps):
-            thought, action = expert.act(observation)
-            messages.append({"role": "assistant", "content": spec.format_response(thought, action)})
-            step = env.step(action)
-            if step.done:
-                break
-            observation = step.observation
-            messages.append({"role": "user", "content": observation})
-        success = bool(step.info.get("success", False))
+        reward, success = play_expert(spec, expert_cls(env, **options), env, observation, messages, max_steps)
     except Exception as exc:  # an expert that gives up (e.g. BabyAI's bot guard) loses this episode only
         logger.info("expert gave up recovering %s task %d: %s", spec.name, data_idx, exc)
         return None
@@ -75,7 +67,7 @@ def recovery_conversation(spec, env, episode: dict[str, Any], max_steps: int = 1
         "env": spec.name,
         "data_idx": data_idx,
         "category": spec.category(data_idx),
-        "reward": float(step.reward),
+        "reward": reward,
         "success": True,
         "agent_turns": sum(1 for m in messages[:recovery_turns] if m["role"] == "assistant"),
         "messages": messages,
@@ -86,8 +78,6 @@ def recovery_conversations(env: str, episodes: Iterable[dict[str, Any]], max_ste
                            env_options: dict | None = None,
                            expert_options: dict | None = None) -> Iterator[dict[str, Any]]:
     """A recovery conversation for each failed episode of `episodes` where one can be made."""
-    from rllib_agentgym.data.experts import check_expert_options
-
     spec = get_spec(env)
     check_expert_options(spec, expert_options)
     instance = spec.load_env_class()(**{**spec.env_options, **(env_options or {})})
