@@ -59,17 +59,16 @@ def expert_episode(spec, env, data_idx: int, max_steps: int = 100,
     except Exception as exc:  # an expert that gives up (e.g. BabyAI's bot guard) loses this task only
         logger.info("expert gave up on %s task %d: %s", spec.name, data_idx, exc)
         return None
+    return successful_record(spec, data_idx, reward, success, messages)
+
+
+def successful_record(spec, data_idx: int, reward: float, success: bool, messages: list[dict[str, Any]],
+                      item_suffix: str = "", **extra: Any) -> dict[str, Any] | None:
+    """The JSONL row of a conversation the expert finished (None if it did not succeed)."""
     if not success:
         return None
-    return {
-        "item_id": f"{spec.name}_{data_idx}",
-        "env": spec.name,
-        "data_idx": int(data_idx),
-        "category": spec.category(data_idx),
-        "reward": reward,
-        "success": success,
-        "messages": messages,
-    }
+    return {"item_id": f"{spec.name}_{data_idx}{item_suffix}", "env": spec.name, "data_idx": int(data_idx),
+            "category": spec.category(data_idx), "reward": reward, "success": True, **extra, "messages": messages}
 
 
 def expert_conversations(env: str, split: str = "train", num: int = 100, max_steps: int = 100,

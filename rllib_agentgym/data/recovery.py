@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, Iterator
 
-from rllib_agentgym.data.experts import check_expert_options, play_expert
+from rllib_agentgym.data.experts import check_expert_options, play_expert, successful_record
 from rllib_agentgym.envs.registry import get_spec
 
 logger = logging.getLogger(__name__)
@@ -60,18 +60,8 @@ def recovery_conversation(spec, env, episode: dict[str, Any], max_steps: int = 1
     except Exception as exc:  # an expert that gives up (e.g. BabyAI's bot guard) loses this episode only
         logger.info("expert gave up recovering %s task %d: %s", spec.name, data_idx, exc)
         return None
-    if not success:
-        return None
-    return {
-        "item_id": f"{spec.name}_{data_idx}_recovery",
-        "env": spec.name,
-        "data_idx": data_idx,
-        "category": spec.category(data_idx),
-        "reward": reward,
-        "success": True,
-        "agent_turns": sum(1 for m in messages[:recovery_turns] if m["role"] == "assistant"),
-        "messages": messages,
-    }
+    agent_turns = sum(1 for m in messages[:recovery_turns] if m["role"] == "assistant")
+    return successful_record(spec, data_idx, reward, success, messages, "_recovery", agent_turns=agent_turns)
 
 
 def recovery_conversations(env: str, episodes: Iterable[dict[str, Any]], max_steps: int = 100,
