@@ -40,7 +40,7 @@ def recovery_conversation(spec, env, episode: dict[str, Any], max_steps: int = 1
     observation = env.reset(data_idx)
     messages = [{"role": "system", "content": spec.instruction}, {"role": "user", "content": observation}]
     try:
-        for turn in episode["turns"]:
+        for agent_turns, turn in enumerate(episode["turns"], start=1):
             if turn["observation"] != observation:
                 logger.info("replay of %s task %d diverged from the episode", spec.name, data_idx)
                 return None
@@ -55,12 +55,10 @@ def recovery_conversation(spec, env, episode: dict[str, Any], max_steps: int = 1
                 break
         else:
             return None  # every action was the expert's: nothing to recover from
-        recovery_turns = len(messages)
         reward, success = play_expert(spec, expert_cls(env, **options), env, observation, messages, max_steps)
     except Exception as exc:  # an expert that gives up (e.g. BabyAI's bot guard) loses this episode only
         logger.info("expert gave up recovering %s task %d: %s", spec.name, data_idx, exc)
         return None
-    agent_turns = sum(1 for m in messages[:recovery_turns] if m["role"] == "assistant")
     return successful_record(spec, data_idx, reward, success, messages, "_recovery", agent_turns=agent_turns)
 
 
