@@ -149,6 +149,82 @@ def test_toggle_and_go_through_opens_the_door_and_crosses(env):
     assert behind == door.pos  # one step past the doorway, facing away from it
 
 
+def _seen(env: BabyAIEnv, label: str):
+    return next(obj for obj in env.view.objects if obj.label == label)
+
+
+def test_locked_door_needs_the_key_of_its_color(env):
+    env.reset(223)  # Unlock, seed 5: a purple locked door in sight, a yellow key beside it
+    refused = env.step("toggle and go through purple locked door 1")
+    assert refused.info["invalid_action"] and "not carrying a purple key" in refused.observation
+    env.step("pickup yellow key 1")
+    assert env.minigrid.carrying.color == "yellow"
+    door = _seen(env, "purple locked door 1")
+    wrong_key = env.step("toggle and go through purple locked door 1")
+    assert wrong_key.info["invalid_action"] and "not carrying a purple key" in wrong_key.observation
+    assert env.minigrid.grid.get(*door.pos).is_locked
+
+
+def test_toggle_and_go_through_a_locked_door_with_its_key_crosses(env):
+    env.reset(106)  # UnlockPickupDist, seed 2: the green box to pick up is behind a grey locked door
+    assert env.goal == "pick up the green box"
+    env.step("pickup grey key 1")
+    grid = env.minigrid
+    assert (grid.carrying.type, grid.carrying.color) == ("key", "grey")
+    door = _seen(env, "grey locked door 1")
+    assert grid.grid.get(*door.pos).is_locked
+    room_before = grid.room_from_pos(*grid.agent_pos)
+
+    result = env.step("toggle and go through grey locked door 1")
+    assert not result.info["invalid_action"] and result.reward == 0 and not result.done
+    cell = grid.grid.get(*door.pos)
+    assert cell.is_open and not cell.is_locked
+    behind = (int(grid.agent_pos[0] - grid.dir_vec[0]), int(grid.agent_pos[1] - grid.dir_vec[1]))
+    assert behind == door.pos  # one step past the doorway, in the locked room
+    assert grid.room_from_pos(*grid.agent_pos) is not room_before
+    assert grid.carrying.color == "grey"  # the key is kept
+
+    # The goal is now in reach: put the key down beside, pick the box up.
+    for action in ("turn left", "drop", "turn right"):
+        assert not env.step(action).info["invalid_action"], action
+    won = env.step("pickup green box 1")
+    assert won.done and won.info["success"]
+    assert won.reward == pytest.approx(1 - 0.9 * grid.step_count / grid.max_steps)
+
+
+def test_opening_the_goal_locked_door_ends_the_level_before_crossing(env):
+    env.reset(863)  # Unlock, seed 21: "open the yellow door", its key in the room
+    env.step("pickup yellow key 1")
+    door = _seen(env, "yellow locked door 1")
+    result = env.step("toggle and go through yellow locked door 1")
+    grid = env.minigrid
+    assert result.done and result.info["success"] and "The task is completed." in result.observation
+    assert result.reward == pytest.approx(1 - 0.9 * grid.step_count / grid.max_steps)
+    assert grid.grid.get(*door.pos).is_open
+    # The level ends at the toggle, so the planned steps through the door are not taken.
+    ahead = (int(grid.agent_pos[0] + grid.dir_vec[0]), int(grid.agent_pos[1] + grid.dir_vec[1]))
+    assert ahead == door.pos
+
+
+def test_go_through_an_open_door_plans_the_way_and_crosses(env):
+    env.reset(30)  # FindObjS7, seed 0: a yellow closed door in sight
+    env.step("go to yellow closed door 1")
+    assert "yellow open door 1" in env.step("toggle").observation
+    for action in ("turn left", "turn left", "move forward", "turn left", "turn left"):
+        env.step(action)  # one step back: the door is now two steps ahead
+    door = _seen(env, "yellow open door 1")
+    assert (door.front, door.right) == (2, 0)
+    grid = env.minigrid
+    steps = grid.step_count
+
+    result = env.step("go through yellow open door 1")
+    assert not result.info["invalid_action"] and result.reward == 0 and not result.done
+    assert grid.step_count == steps + 3  # up to the doorway, into it, out the far side
+    assert grid.grid.get(*door.pos).is_open
+    behind = (int(grid.agent_pos[0] - grid.dir_vec[0]), int(grid.agent_pos[1] - grid.dir_vec[1]))
+    assert behind == door.pos
+
+
 def test_invalid_actions_cost_a_turn_not_a_move(env):
     env.reset(0)
     steps = env.minigrid.step_count
