@@ -11,7 +11,9 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 
+import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -274,7 +276,8 @@ def test_dense_index_round_trips_through_the_index_dir(tiny_encoder_path, small_
 
 
 def test_dense_faiss_and_numpy_agree(tiny_encoder_path, small_corpus, tmp_path):
-    faiss = pytest.importorskip("faiss")
+    import faiss  # pinned in requirements.txt: the paper's index, so never skipped
+
     from envs.searchqa.dense import DenseIndex, Encoder
 
     path, docs = small_corpus
@@ -291,8 +294,33 @@ def test_dense_faiss_and_numpy_agree(tiny_encoder_path, small_corpus, tmp_path):
     flat.add(vectors)
     faiss.write_index(flat, str(tmp_path / "flat.index"))
     prebuilt = build_retriever(path, method="dense", encoder=tiny_encoder_path, dense_index=str(tmp_path / "flat.index"), index_dir=str(tmp_path / "ix"))
-    hits = prebuilt.retrieve([docs[7].title, docs[300].text], 2)
+    assert prebuilt.index._faiss is not None and prebuilt.index._vectors is None  # searched through the file, nothing encoded
+    queries = [docs[7].title, docs[300].text]
+    hits = prebuilt.retrieve(queries, 2)
     assert [len(h) for h in hits] == [2, 2] and all(set(h[0]) == {"id", "title", "text", "score"} for h in hits)
+    by_numpy = LocalRetriever(DenseIndex(encoder, vectors, use_faiss=False), prebuilt.corpus, "dense").retrieve(queries, 2)
+    assert [[h["id"] for h in q] for q in hits] == [[h["id"] for h in q] for q in by_numpy]
+    np.testing.assert_allclose([h["score"] for q in hits for h in q], [h["score"] for q in by_numpy for h in q], rtol=1e-4, atol=1e-5)
+
+
+def _answer_in_hits(answers: Sequence[str], hits: list[dict]) -> bool:
+    """Any gold answer, normalized, as whole words in a hit's title or text."""
+    pages = [f" {normalize_answer(h['title'] + ' ' + h['text'])} " for h in hits]
+    return any(f" {normalize_answer(a)} " in page for a in answers for page in pages)
+
+
+def test_one_search_with_the_whole_question_answers_only_one_hop_questions():
+    """BM25 over the question text (top 3) shows the answer for 1-hop questions, almost never
+    for 2-4 hops: their answers sit on pages the question does not name."""
+    questions = [q for q in get_world(0).questions if q.split == "test"]
+    results = shared_retriever().retrieve([q.text for q in questions], 3)
+    found: dict[int, list[bool]] = {}
+    for q, hits in zip(questions, results):
+        found.setdefault(q.hops, []).append(_answer_in_hits(q.answers, hits))
+    assert sorted(found) == [1, 2, 3, 4] and all(len(v) >= 100 for v in found.values())
+    assert np.mean(found[1]) >= 0.98
+    for hops in (2, 3, 4):
+        assert np.mean(found[hops]) < 0.05, (hops, np.mean(found[hops]))
 
 
 # -- the retriever service ---------------------------------------------------
@@ -369,6 +397,49 @@ def test_retriever_cli_serves_and_env_uses_it_by_url():
 
 # -- the env over HTTP ---------------------------------------------------------
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_module_serves_on_a_free_port():
+    """`python -m envs.searchqa --port 0`: create, reset, search, answer, close over real HTTP."""
+    data_idx = _test_ids("gen-1hop", 1)[0]
+    question = tasks.load_tasks()[data_idx].world_question
+    (kind, field), = question.path
+    proc = subprocess.Popen([sys.executable, "-m", "envs.searchqa", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=REPO_ROOT)
+    try:
+        line = proc.stdout.readline().strip()
+        assert line.startswith("LISTENING http://127.0.0.1:"), line
+        with httpx.Client(base_url=line.split()[1], timeout=60) as http:
+            health = None
+            for _ in range(100):  # uvicorn may need a moment after the announcement
+                try:
+                    health = http.get("/health").json()
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            assert health is not None and health["env"] == "searchqa"
+            env_id = http.post("/create", json={}).json()["id"]
+            reset = http.post("/reset", json={"id": env_id, "data_idx": data_idx}).json()
+            assert reset["observation"] == f"Question: {question.text}" and reset["done"] is False
+
+            searched = http.post("/step", json={"id": env_id, "action": f"<think>find it</think><search>{question.start}</search>"}).json()
+            assert (searched["reward"], searched["done"], searched["info"]["action"]) == (0, False, "search")
+            pages = dict(parse_information(searched["observation"]))
+            assert len(pages) == 3 and question.start in pages  # the default top-k
+            answer = extract(kind, field, pages[question.start])  # read off the page the server returned
+
+            answered = http.post("/step", json={"id": env_id, "action": f"<answer>{answer}</answer>"}).json()
+            assert (answered["reward"], answered["done"], answered["info"]["success"]) == (1.0, True, True)
+            assert http.get("/observation", params={"id": env_id}).json() == "Your answer is correct."
+            assert http.post("/close", json={"id": env_id}).json() is True
+            assert http.post("/step", json={"id": env_id, "action": "<answer>x</answer>"}).status_code == 404
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+
 
 def test_expert_answers_two_hop_questions_through_the_server(client):
     ids = _test_ids("gen-2hop", 8)
@@ -430,6 +501,14 @@ def test_search_then_wrong_then_right_answer():
     result = env.step(f"<answer>  {question.answers[0].upper()}. </answer>")
     assert (result.reward, result.done, result.info["success"]) == (1.0, True, True)
     assert env.step("<answer>again</answer>").info["invalid_action"]
+
+
+def test_default_topk_is_three():
+    env = SearchQAEnv()
+    assert env.topk == 3
+    env.reset(_test_ids("gen-2hop", 1)[0])
+    result = env.step(f"<search>{env.task.world_question.start}</search>")
+    assert len(parse_information(result.observation)) == 3
 
 
 def test_end_on_wrong_answer_option():
