@@ -7,10 +7,10 @@ the one-task-per-category expert sweep is marked slow.
 from __future__ import annotations
 
 import re
-
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import httpx
 import psutil
@@ -194,6 +194,56 @@ def test_gold_path_only_before_the_first_step(env):
         env.gold_actions()
 
 
+class _SimulatorWithoutEnumeration:
+    """The engine's live simulator (py4j), counting the calls made to it, with its full
+    valid-action enumeration (~0.3 s a call, what makes `scienceworld`'s own step slow)
+    made to fail the test."""
+
+    ENUMERATION = "getValidActionObjectCombinations"  # ...JSON and the other variants too
+
+    def __init__(self, simulator):
+        self._simulator = simulator
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str):
+        if name.startswith(self.ENUMERATION):
+            def refuse(*_args, **_kwargs):
+                raise AssertionError(f"the full valid-action enumeration ({name}) was called")
+
+            return refuse
+        self.calls[name] += 1
+        return getattr(self._simulator, name)
+
+
+def test_steps_never_enumerate_every_valid_action(env, monkeypatch):
+    env.reset(_first_id("4-2"))
+    engine = env._engine
+    simulator = _SimulatorWithoutEnumeration(engine._sim)
+    monkeypatch.setattr(engine, "_sim", simulator)
+    monkeypatch.setattr(engine._sw, "server", simulator)  # the `scienceworld` wrapper's own route to it
+    for name in ("get_valid_action_object_combinations", "get_valid_action_object_combinations_with_templates"):
+        monkeypatch.setattr(engine._sw, name, getattr(simulator, simulator.ENUMERATION))
+
+    for action in ("open door to hallway", "go to hallway", "look around"):
+        result = env.step(action)
+        assert not result.info["invalid_action"] and result.observation != EPISODE_OVER, action
+    assert "This room is called the hallway." in result.observation
+    ordinary = dict(simulator.calls)
+    assert ordinary.get("step") == 3 and not {"getPossibleActions", "getPossibleObjects"} & set(ordinary)
+
+    # The observations that list actions use the two cheap queries: templates and objects in view.
+    for action in (CHECK_VALID_ACTIONS, "fly to the moon"):
+        simulator.calls.clear()
+        result = env.step(action)
+        assert "focus on OBJ" in result.observation and "Objects you can refer to here: " in result.observation
+        assert simulator.calls["getPossibleActions"] == simulator.calls["getPossibleObjects"] == 1, action
+    assert result.info["invalid_action"]
+
+    # The trap is live: `scienceworld`'s own step enumerates, and is refused.
+    with pytest.raises(AssertionError, match="full valid-action enumeration"):
+        engine._sw.step("look around")
+
+
 # -- expert: in-process and over HTTP ----------------------------------------------------
 
 
@@ -272,6 +322,77 @@ def test_expert_succeeds_in_process_and_over_http_with_the_same_observations(cli
         assert body["info"]["success"]
     assert any(0.0 < r < 1.0 for r in played[-1][2])  # use-thermometer pays partial credit
     assert client.post("/close", json={"id": env_id}).json() is True
+
+
+def test_expert_through_the_framework_clients_sees_the_same_observations():
+    """The sessions an env runner makes (SessionFactory): in-process, and HTTP to a launched server."""
+    from rllib_agentgym.envs.client import HTTPEnvClient, InProcessEnvClient
+    from rllib_agentgym.envs.registry import SessionFactory
+    from rllib_agentgym.envs.specs.sciworld import SPEC
+
+    data_idx = _first_id("4-2")  # Find: a 7-step gold path
+    before = _java_children()
+    launched = SessionFactory(SPEC, {"launch_server": True})
+    server = launched._server
+    clients = [SessionFactory(SPEC, {}).make(), launched.make()]
+    assert [type(c) for c in clients] == [InProcessEnvClient, HTTPEnvClient]
+    reference = SciWorldEnv()  # the expert asks its env for the gold path; the clients follow
+    try:
+        observations = {"reference": [reference.reset(data_idx)]}
+        for client in clients:
+            observations[type(client).__name__] = [client.reset(data_idx)]
+        agent = ExpertAgent(reference)
+        for _ in agent.actions:
+            _, action = agent.act(observations["reference"][-1])
+            expected = reference.step(action)
+            observations["reference"].append(expected.observation)
+            for client in clients:
+                got = client.step(action)
+                observations[type(client).__name__].append(got.observation)
+                assert (got.reward, got.done, got.info["success"]) == (
+                    expected.reward, expected.done, expected.info["success"]), (type(client).__name__, action)
+            if expected.done:
+                break
+        assert expected.info["success"]
+        started = _java_children() - before
+        assert len(started) == 3  # one JVM each: the reference, the in-process client, the server's session
+    finally:
+        reference.close()
+        for client in clients:
+            client.close()
+        launched.close()
+    reference_view = _engine_independent(observations.pop("reference"))
+    for name, seen in observations.items():
+        assert _engine_independent(seen) == reference_view, name
+    assert not server.alive()
+    assert not _wait_gone(started)
+
+
+def test_expert_conversations_are_successful_react_rows():
+    """`rllib experts --env agentgym/sciworld` data: the gold path played as ReAct turns."""
+    from rllib_agentgym.data.experts import expert_conversations
+    from rllib_agentgym.envs.spec import parse_react_action
+    from rllib_agentgym.envs.specs.sciworld import SPEC
+
+    before = _java_children()
+    rows = list(expert_conversations("agentgym/sciworld", "train", num=2, categories=["Find"]))
+    assert _java_children() <= before  # the generator closed its env's JVM
+    assert len(rows) == 2 and len({row["data_idx"] for row in rows}) == 2
+    train = set(tasks.split_ids("train"))
+    for row in rows:
+        assert row["data_idx"] in train and row["category"] == "Find" and row["env"] == "sciworld"
+        assert row["success"] is True and row["reward"] == pytest.approx(1.0)
+        system, first, *turns = row["messages"]
+        assert system == {"role": "system", "content": SPEC.instruction}
+        assert first["role"] == "user" and first["content"].startswith("Task Description:\nYour task is to find")
+        assert [m["role"] for m in turns] == ["assistant", "user"] * (len(turns) // 2) + ["assistant"]
+        answers = [m["content"] for m in turns if m["role"] == "assistant"]
+        actions = [parse_react_action(text) for text in answers]
+        for number, (text, action) in enumerate(zip(answers, actions), 1):
+            # The default thoughts walk the whole gold path: "Step i of N of the known solution: <action>."
+            assert text == f"Thought: Step {number} of {len(answers)} of the known solution: {action}.\nAction: {action}"
+        assert sum(a.startswith("focus on ") for a in actions) == 1  # a Find task: one focus, on the found thing
+        assert all("No known action" not in m["content"] for m in turns if m["role"] == "user")
 
 
 @pytest.mark.slow
