@@ -377,6 +377,41 @@ def test_cli_server_on_a_free_port():
 # -- client side ------------------------------------------------------------------
 
 
+def test_expert_through_the_framework_clients_sees_the_same_observations():
+    """The sessions an env runner makes (SessionFactory): in-process, and HTTP to a launched server."""
+    from rllib_agentgym.envs.client import HTTPEnvClient, InProcessEnvClient
+    from rllib_agentgym.envs.registry import SessionFactory
+    from rllib_agentgym.envs.specs.babyai import SPEC
+
+    data_idx = 1800 + 30  # FindObjS7, test split: doors and several rooms
+    launched = SessionFactory(SPEC, {"launch_server": True})
+    clients = [SessionFactory(SPEC, {}).make(), launched.make()]
+    assert [type(c) for c in clients] == [InProcessEnvClient, HTTPEnvClient]
+    reference = BabyAIEnv()  # the expert reads the grid, so it plays this env; the clients follow
+    try:
+        observation = reference.reset(data_idx)
+        assert [c.reset(data_idx) for c in clients] == [observation, observation]
+        agent = ExpertAgent(reference)
+        for _ in range(MAX_EXPERT_TURNS):
+            _, action = agent.act(observation)
+            expected = reference.step(action)
+            for client in clients:
+                got = client.step(action)
+                assert (got.observation, got.reward, got.done) == (expected.observation, expected.reward, expected.done)
+                assert got.info["success"] == expected.info["success"]
+            observation = expected.observation
+            if expected.done:
+                break
+        assert expected.info["success"] and expected.reward > 0
+    finally:
+        reference.close()
+        for client in clients:
+            client.close()
+        server = launched._server
+        launched.close()
+    assert not server.alive()
+
+
 def test_spec_ties_the_client_to_this_env():
     from rllib_agentgym.envs.specs.babyai import SPEC
 
