@@ -89,9 +89,17 @@ def category_sort_key(name: str) -> list:
     return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name)]
 
 
-def score(outcomes: Sequence[TaskOutcome]) -> dict[str, Any]:
-    """{"overall": scores, "categories": {category: scores}} (categories in natural order)."""
-    categories = sorted({o.category for o in outcomes}, key=category_sort_key)
+def ordered_categories(names: Iterable[str], declared: Sequence[str] = ()) -> list[str]:
+    """The distinct `names` in the env's declared order (`EnvSpec.category_order()`, e.g. Deep
+    Search's datasets as the paper's table lists them), then the undeclared ones in natural order."""
+    rank = {name: i for i, name in enumerate(declared)}
+    return sorted(set(names), key=lambda name: (rank.get(name, len(rank)), category_sort_key(name)))
+
+
+def score(outcomes: Sequence[TaskOutcome], category_order: Sequence[str] = ()) -> dict[str, Any]:
+    """{"overall": scores, "categories": {category: scores}}, categories in `category_order`
+    (the env's declared order) and the rest in natural order."""
+    categories = ordered_categories((o.category for o in outcomes), category_order)
     return {
         "overall": _scores(outcomes),
         "categories": {c: _scores([o for o in outcomes if o.category == c]) for c in categories},
@@ -318,7 +326,7 @@ def evaluate(source: str, *, env: str | None = None, split: str = "test", k: int
         outcomes = outcomes_from_trajectories(trajectories)
         return EvalReport(
             model=policy.name, env=runner.spec.name, split=split, k=k, temperature=float(temperature),
-            max_turns=runner.get_max_turns(), scores=score(outcomes), tasks=outcomes,
+            max_turns=runner.get_max_turns(), scores=score(outcomes, runner.spec.category_order()), tasks=outcomes,
             num_dropped_episodes=dropped, wall_s=time.perf_counter() - start,
             episodes=[t.summary() for t in trajectories],
         )
@@ -397,7 +405,10 @@ def evaluate_during_training(algo) -> dict[str, Any]:
         )
     else:
         rollouts = [play_at_horizon(group.local_env_runner, task_ids, horizon)]
-    scores = score(outcomes_from_trajectories(t for r in rollouts for t in r.trajectories))
+    from rllib_agentgym.envs.registry import get_spec
+
+    scores = score(outcomes_from_trajectories(t for r in rollouts for t in r.trajectories),
+                   get_spec(cfg.env).category_order())
     overall = scores["overall"]
     results = {
         "episode_return_mean": overall["reward_mean"],

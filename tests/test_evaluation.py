@@ -66,6 +66,35 @@ def test_score_per_category_and_report():
     json.dumps(data, allow_nan=False)
 
 
+def test_deep_search_report_lists_flashrag_datasets_in_the_papers_order(tmp_path, monkeypatch):
+    """Categories are the env's declared order (`EnvSpec.category_order()`), not alphabetical:
+    the paper's Deep Search table reads NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, Musique, Bamboogle."""
+    from rllib_agentgym.envs.registry import get_spec
+
+    qa_dir = tmp_path / "qa"
+    # FlashRAG directory names, one test (or dev) file each, plus a dataset the paper does not list.
+    for i, (dataset, split) in enumerate([("musique", "dev"), ("bamboogle", "test"), ("2wikimultihopqa", "dev"),
+                                          ("triviaqa", "test"), ("nq", "test"), ("popqa", "test"),
+                                          ("hotpotqa", "dev"), ("aaa_custom", "test")]):
+        (qa_dir / dataset).mkdir(parents=True)
+        rows = [{"question": f"{dataset} q{j}", "golden_answers": [f"a{i}{j}"]} for j in range(2)]
+        (qa_dir / dataset / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setenv("RLLIB_AGENTGYM_SEARCHQA_QA_DIR", str(qa_dir))
+    spec = get_spec("agentgym/searchqa")
+    ids = spec.split_ids("test")
+    assert len(ids) == 16
+    # Outcomes arrive in any order (here: reversed); one success per task.
+    outcomes = [TaskOutcome(i, spec.category(i), [n % 2 == 0], [float(n % 2 == 0)], [2]) for n, i in enumerate(reversed(ids))]
+    report = EvalReport(model="m", env="searchqa", split="test", k=1, temperature=0.0, max_turns=5,
+                        scores=score(outcomes, spec.category_order()), tasks=outcomes)
+    header = report.markdown().splitlines()[2]
+    columns = [cell.split(" (n=")[0] for cell in header.strip("| ").split(" | ")[2:]]
+    assert columns == ["NQ", "TriviaQA", "PopQA", "HotpotQA", "2Wiki", "Musique", "Bamboogle", "aaa_custom", "Overall"]
+    assert "| NQ (n=2) |" in header and "| Overall (n=16) |" in header
+    assert list(score(outcomes)["categories"])[:2] == ["2Wiki", "aaa_custom"]  # what the natural order gave
+    assert get_spec("agentgym/textcraft").category_order() == []  # undeclared: natural order, as above
+
+
 def test_outcomes_group_trajectories_by_task():
     class T:
         def __init__(self, idx, success):

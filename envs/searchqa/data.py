@@ -134,6 +134,8 @@ DATASET_NAMES = {
     "musique": "Musique",
     "bamboogle": "Bamboogle",
 }
+# The datasets as the paper's table lists them (its columns, left to right).
+PAPER_DATASET_ORDER = tuple(dict.fromkeys(DATASET_NAMES.values()))
 SPLITS = ("train", "dev", "test")
 
 
@@ -179,9 +181,9 @@ def parse_qa_files(spec: str | Mapping[str, str]) -> dict[tuple[str, str], Path]
 
 
 def _dataset_order(dataset: str) -> tuple[int, str]:
-    keys = list(dict.fromkeys(DATASET_NAMES.values()))
     name = dataset_display_name(dataset)
-    return (keys.index(name) if name in keys else len(keys), name)
+    order = PAPER_DATASET_ORDER
+    return (order.index(name) if name in order else len(order), name)
 
 
 def load_qa(files: Mapping[tuple[str, str], Path]) -> list[QAItem]:

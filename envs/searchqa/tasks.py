@@ -16,7 +16,8 @@ generated world: train/test splits, categories "gen-1hop" .. "gen-4hop".
 With user data, data_idx numbers the questions of all files in a fixed order
 (datasets in the paper's table order: NQ, TriviaQA, PopQA, HotpotQA, 2Wiki,
 Musique, Bamboogle, then others; within one, train, dev, test; then line
-order). `category(data_idx)` is the dataset name. Split "test" takes each
+order). `category(data_idx)` is the dataset name; `category_order()` lists
+the categories as the paper's table orders its columns. Split "test" takes each
 dataset's test file, or its dev file when it has none (HotpotQA, 2Wiki and
 Musique are evaluated on dev in Search-R1 and the paper).
 """
@@ -28,8 +29,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from envs.searchqa.data import find_qa_files, load_qa, parse_qa_files
-from envs.searchqa.world import Question, get_world
+from envs.searchqa.data import PAPER_DATASET_ORDER, find_qa_files, load_qa, parse_qa_files
+from envs.searchqa.world import MAX_HOPS, Question, get_world
 
 ENV_QA_DIR = "RLLIB_AGENTGYM_SEARCHQA_QA_DIR"
 ENV_QA_FILES = "RLLIB_AGENTGYM_SEARCHQA_QA_FILES"
@@ -110,6 +111,13 @@ def split_ids(split: str) -> list[int]:
 
 def category(data_idx: int) -> str:
     return load_tasks()[data_idx].category
+
+
+def category_order() -> list[str]:
+    """Columns of a per-category table: hop counts of the generated world, then the FlashRAG
+    datasets as the paper's table lists them (NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, Musique,
+    Bamboogle). Evaluation puts categories not named here after these."""
+    return [f"gen-{hops}hop" for hops in range(1, MAX_HOPS + 1)] + list(PAPER_DATASET_ORDER)
 
 
 def num_tasks() -> int:

@@ -111,6 +111,13 @@ class EnvSpec:
     def category(self, data_idx: int) -> str:
         return str(self._tasks().category(data_idx))
 
+    def category_order(self) -> list[str]:
+        """Columns of a per-category table as the family declares them (its tasks module's
+        optional ``category_order()``, e.g. Deep Search's datasets in the paper's order); []
+        leaves the order natural ("depth 2" before "depth 10")."""
+        declared = getattr(self._tasks(), "category_order", None)
+        return [str(c) for c in declared()] if declared is not None else []
+
     def task_ids(self, split: str, categories: Sequence[str] | None = None,
                  only: Sequence[int] | None = None) -> list[int]:
         """The split's task ids, or only those of `categories` (env_config `categories`:
