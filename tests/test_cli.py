@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import uuid
 from pathlib import Path
 
 import yaml
@@ -92,3 +98,35 @@ def test_classic_cartpole_ppo_yaml_runs_unchanged(ray_local, tmp_path):
     last = json.loads(results[0].read_text().strip().splitlines()[-1])
     assert last["training_iteration"] == 1
     assert last["env_runners"]["episode_return_mean"] > 0
+
+
+def test_installed_rllib_command_trains_grpo_from_flags(embedded_model, tmp_path):
+    """The console script `pip install` put on PATH, in a process of its own: flags only, no file."""
+    rllib = shutil.which("rllib")
+    assert rllib, "no `rllib` on PATH: `pip install -e .` installs the console script"
+    name = f"cli-flags-{uuid.uuid4().hex[:8]}"
+    config = {"inference_engine": "hf", "max_model_len": 1024, "max_new_tokens": 8, "max_turns": 1,
+              "group_size": 2, "tasks_per_iteration": 1}
+    ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's unix socket paths
+    # A cluster of its own (`--ray-address local`, never one `ray start` left running), its
+    # session files in our temp dir; the built embedded model comes through RLLIB_AGENTGYM_CACHE.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = ray_tmp
+    argv = [rllib, "train", "--algo", "GRPO", "--env", "agentgym/textcraft", "--name", name,
+            "--config", json.dumps(config), "--stop", json.dumps({"training_iteration": 1}),
+            "--storage-path", str(tmp_path), "--ray-address", "local", "--num-cpus", "2", "-v", "0"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the command and the Ray processes it started
+        out, _ = proc.communicate()
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, out[-4000:]
+    (result,) = list(tmp_path.glob(f"{name}/GRPO_agentgym_textcraft_*/result.json"))
+    last = json.loads(result.read_text().strip().splitlines()[-1])
+    assert last["training_iteration"] == 1
+    assert last["env_runners"]["num_episodes"] == 2  # one task, a group of two
+    assert not (Path.home() / "ray_results" / name).exists()  # --storage-path, not ~/ray_results
