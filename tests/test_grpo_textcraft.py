@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import yaml
@@ -10,6 +11,35 @@ import yaml
 from rllib_agentgym.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# The scalars the issue asks TensorBoard to show, under the tags Tune's TensorBoard logger gives
+# them: reward mean, success rate, mean turns, horizon, generated tokens/s, KL, clip fraction,
+# entropy, grad norm.
+TB_SCALARS = [
+    "ray/tune/env_runners/episode_return_mean",
+    "ray/tune/env_runners/success_rate",
+    "ray/tune/env_runners/num_turns_mean",
+    "ray/tune/env_runners/horizon",
+    "ray/tune/env_runners/generated_tokens_per_s",
+    "ray/tune/learners/default_policy/kl",
+    "ray/tune/learners/default_policy/clip_fraction",
+    "ray/tune/learners/default_policy/entropy",
+    "ray/tune/learners/default_policy/gradients_default_optimizer_global_norm",
+]
+
+
+def _tensorboard_scalars(trial: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} of the trial's own event files, read by TensorBoard's EventAccumulator."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(trial.glob("events.out.tfevents.*")):
+        events = EventAccumulator(str(path), size_guidance={SCALARS: 0})
+        events.Reload()
+        for tag in events.Tags()[SCALARS]:
+            out.setdefault(tag, []).extend((e.step, e.value) for e in events.Scalars(tag))
+    return out
 
 
 def _results(trial: Path) -> list[dict]:
@@ -42,6 +72,11 @@ def test_textcraft_cpu_yaml_trains_checkpoints_and_restores(ray_local, tmp_path)
         assert r["env_runners"]["num_episodes"] == 4
     # TensorBoard event files (Tune's scalars and our extras), trajectories for the viewer.
     assert list(trial.glob("events.out.tfevents.*"))
+    scalars = _tensorboard_scalars(trial)
+    for tag in TB_SCALARS:
+        assert len(scalars.get(tag, [])) == 3, (tag, sorted(scalars))  # one per iteration
+        assert all(math.isfinite(value) for _, value in scalars[tag]), (tag, scalars[tag])
+    assert [value for _, value in scalars["ray/tune/env_runners/horizon"]] == [2, 2, 4]
     assert list((trial / "extras").glob("events.out.tfevents.*"))
     assert sorted(p.name for p in (trial / "trajectories").glob("*.jsonl")) == [
         "iter_000001.jsonl", "iter_000002.jsonl", "iter_000003.jsonl"]
