@@ -30,7 +30,8 @@ the observation; info["invalid_action"] is True.
 
 Info on the final step: "success" (bool), "score" (float), "eval_details"
 (one line per evaluator), "answer", and "skipped": True when the task needs
-the LLM judge (fuzzy_match) and none is configured (or the judge failed). A skipped episode has
+the LLM judge (fuzzy_match) and none is configured (or the judge failed), or
+its program_html uses WebArena's func: helpers. A skipped episode has
 reward 0.0 and success False, so the client must read info["skipped"] to
 tell "not graded" from "failed"; tasks.skipped_ids lists such tasks up front.
 
@@ -50,7 +51,7 @@ from envs.common.env import StepResult
 from envs.webarena import tasks as task_sets
 from envs.webarena.actions import ACTION_HELP, Action, ActionError, parse_action
 from envs.webarena.browser import BrowserSession, ElementError
-from envs.webarena.evaluators import Judge, JudgeError, evaluate
+from envs.webarena.evaluators import Judge, NotGraded, evaluate
 from envs.webarena.sites import SESSION_COOKIE, embedded_sites
 
 _task_sets: dict[str, task_sets.TaskSet] = {}
@@ -199,7 +200,7 @@ class WebArenaEnv:
         try:
             graded = evaluate(self.task, answer, self._browser.page.url, self._browser, self.judge)
             score, details = graded.score, graded.details
-        except JudgeError as exc:  # no judge configured, or it failed
+        except NotGraded as exc:  # no judge configured, it failed, or an unsupported func: helper
             score, details, info["skipped"] = 0.0, [str(exc)], True
         info.update(success=score >= 1.0, score=score, eval_details=details)
         self.result = {"reward": score, **info}

@@ -17,8 +17,9 @@ product of their scores, so the reward is 1 only when every one passes.
   a scratch tab of the session's browser context (`last`: the agent's current
   tab), evaluates the JavaScript `locator` (empty: the page's HTML) and checks
   `required_contents` (exact_match, or must_include with " |OR| "
-  alternatives). WebArena's site-specific `func:` helpers are not supported:
-  such a target fails and says so in the details.
+  alternatives). WebArena's site-specific `func:` helpers are not
+  implemented: such a task raises `Unsupported` (not graded: the env skips
+  and counts it, and tasks.skip_reason leaves it out of the splits).
 
 The judge is any OpenAI-compatible chat endpoint (`Judge`), configured by the
 env options judge_url / judge_model / judge_api_key or the environment
@@ -65,7 +66,15 @@ def must_include(ref: str, pred: str, tokenize: bool = False) -> float:
     return float(ref in pred)
 
 
-class JudgeError(Exception):
+class NotGraded(Exception):
+    """The task could not be graded: the episode is skipped (and counted), not failed."""
+
+
+class Unsupported(NotGraded):
+    """The task uses an evaluator feature this env does not implement (WebArena's func: helpers)."""
+
+
+class JudgeError(NotGraded):
     """The task could not be graded: its LLM judge is missing or failed."""
 
 
@@ -203,9 +212,7 @@ def program_html(task: Mapping[str, Any], page: PageReader) -> Evaluation:
     for n, target in enumerate(task["eval"].get("program_html") or []):
         url, locator = str(target.get("url", "last")), str(target.get("locator", "")).strip()
         if url.startswith("func:") or locator.startswith("func:"):
-            details.append(f"program_html[{n}]: 0 (WebArena's func: helpers are not supported)")
-            score = 0.0
-            continue
+            raise Unsupported(f"program_html[{n}] uses WebArena's func: helpers, which this env does not implement")
         where = None if url == "last" else url
         try:
             selected = page.content(where) if not locator else page.evaluate(where, locator)
@@ -231,7 +238,8 @@ def program_html(task: Mapping[str, Any], page: PageReader) -> Evaluation:
 
 
 def evaluate(task: Mapping[str, Any], answer: str, final_url: str, page: PageReader, judge: Judge | None) -> Evaluation:
-    """Run every evaluator of the (placeholder-resolved) task; raises JudgeError when fuzzy_match cannot be judged."""
+    """Run every evaluator of the (placeholder-resolved) task; raises NotGraded when it cannot be graded
+    (JudgeError: fuzzy_match without a working judge; Unsupported: func: helpers)."""
     score, details = 1.0, []
     for kind in task["eval"].get("eval_types") or ():
         if kind == "string_match":

@@ -8,6 +8,11 @@ so the ids in its actions are the ones the agent would see. Template ids are
 those `taskgen.py` writes (shopping 0-, reddit 100-, gitlab 200-). For a task
 of another set (e.g. WebArena's own), it falls back to `goto` the reference
 URL (url_match) or stating the reference answer (string_match).
+
+The expert states a string_match answer only when it reads it on the page:
+every exact_match / must_include reference must appear in the observation it
+stops on (case-insensitively); otherwise it gives up with `stop []`. So an
+episode it solves shows that its plan reached the page holding the answer.
 """
 
 from __future__ import annotations
@@ -76,6 +81,21 @@ def _reference_answer(task: dict[str, Any]) -> str:
     if isinstance(fuzzy, list) and fuzzy:
         return str(fuzzy[0])
     return str(fuzzy or "")
+
+
+def _answer_evidence(task: dict[str, Any]) -> list[str]:
+    """The reference strings the expert must see on the page before it answers (fuzzy_match: none)."""
+    refs = task["eval"].get("reference_answers") or {}
+    if "exact_match" in refs:
+        return [str(refs["exact_match"])]
+    values = refs.get("must_include") or []
+    return [str(v) for v in (values if isinstance(values, list) else [values])]
+
+
+def answer_on_page(evidence: list[str], observation: str) -> bool:
+    """True when every evidence string appears in the observation (ignoring case)."""
+    seen = observation.lower()
+    return all(part.lower() in seen for part in evidence)
 
 
 # -- site plans -----------------------------------------------------------
@@ -300,6 +320,7 @@ class ExpertAgent:
 
     def __init__(self, env: Any):
         self._steps = plan(env.task)
+        self._evidence = _answer_evidence(env.task)
         self._next = 0
 
     def act(self, observation: str) -> tuple[str, str]:
@@ -308,6 +329,8 @@ class ExpertAgent:
         step = self._steps[self._next]
         self._next += 1
         if isinstance(step, Stop):
+            if step.answer and step.answer != "N/A" and not answer_on_page(self._evidence, observation):
+                return "The answer is not on this page, so I give up.", "stop []"
             if step.answer:
                 return f"I have found the answer: {step.answer}.", f"stop [{step.answer}]"
             return "The task is done.", "stop []"

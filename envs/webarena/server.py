@@ -3,7 +3,8 @@
 GET /evaluate?id=N   grade the session's current state now and end its episode (the client's turn
                      horizon); -> {"reward", "success", "skipped", "score", "eval_details", "answer"}
 GET /task?id=N       the session's current task config, site URLs resolved (for scripted agents)
-GET /skipped?split=  task ids of the split left out because they need the LLM judge and none is set
+GET /skipped?split=  task ids of the split left out (they need the LLM judge and none is set, or use func:
+                     helpers), with the reason for each; -> {"split", "ids", "count", "reasons"}
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ def create_app() -> FastAPI:
     @app.get("/skipped")
     def skipped(split: str = "train") -> dict[str, Any]:
         try:
-            ids = tasks.skipped_ids(split)
+            reasons = tasks.skip_reasons(split)
         except KeyError:
             raise EnvError(404, f"unknown split {split!r}") from None
-        return {"split": split, "ids": ids, "count": len(ids)}
+        reasons_json = {str(i): why for i, why in reasons.items()}
+        return {"split": split, "ids": list(reasons), "count": len(reasons), "reasons": reasons_json}
 
     return app

@@ -3,7 +3,10 @@
 A task is one WebArena config dict (`task_id`, `sites`, `start_url`,
 `intent`, `require_reset`, `eval`, ...). A task set loads from a directory of
 `*.json` files (each one task or a list of tasks) or from one JSON file
-holding a list, so WebArena's own `config_files/` work unchanged. Tasks are
+holding a list, so WebArena's own `config_files/` work unchanged: when a
+directory holds numbered per-task files (`0.json`, `1.json`, ...), only those
+are read, and aggregate lists beside them (`test.raw.json`, `test.json`)
+are ignored. Tasks are
 sorted by `task_id`; `data_idx` is the position in that order (for WebArena's
 812 tasks it equals `task_id`).
 
@@ -18,8 +21,11 @@ one, the shopping, reddit and gitlab placeholders resolve to the embedded
 sites this server starts on loopback.
 
 Tasks graded by `fuzzy_match` against a reference list need an LLM judge
-(WEBARENA_JUDGE_URL). Without one they are left out of `split_ids` and
-counted by `skipped_ids` / `skipped_count`; see evaluators.py.
+(WEBARENA_JUDGE_URL, or the env option judge_url passed to `split_ids`).
+Without one they are left out of `split_ids` and counted by `skipped_ids` /
+`skipped_count`, as are tasks whose program_html uses WebArena's
+site-specific `func:` helpers, which this env does not implement
+(`skip_reason` says why); see evaluators.py.
 
 The default task set is the embedded one in `tasks/`; WEBARENA_TASKS (a
 directory or a JSON list file) points the module-level functions, and every
@@ -31,6 +37,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Mapping
@@ -49,6 +56,9 @@ PLACEHOLDERS = {
 # Placeholders the embedded sites stand in for, with the embedded site key.
 EMBEDDED_SITES = {"__SHOPPING__": "shopping", "__REDDIT__": "reddit", "__GITLAB__": "gitlab"}
 SPLITS_FILE = "splits.json"
+_PER_TASK_FILE = re.compile(r"\d+\.json")  # WebArena's config_files/<task_id>.json
+NEEDS_JUDGE = "fuzzy_match needs an LLM judge and none is configured (WEBARENA_JUDGE_URL or the judge_url option)"
+USES_FUNC = "program_html uses WebArena's func: helpers, which this env does not implement"
 
 
 def judge_configured() -> bool:
@@ -64,9 +74,32 @@ def needs_judge(task: Mapping[str, Any]) -> bool:
     return bool(fuzzy) and fuzzy != "N/A"
 
 
+def uses_func_helpers(task: Mapping[str, Any]) -> bool:
+    """True when a program_html target's url or locator calls one of WebArena's `func:` helpers."""
+    ev = task.get("eval") or {}
+    if "program_html" not in (ev.get("eval_types") or ()):
+        return False
+    return any(
+        str(target.get(key, "")).strip().startswith("func:")
+        for target in ev.get("program_html") or ()
+        for key in ("url", "locator")
+    )
+
+
+def skip_reason(task: Mapping[str, Any], with_judge: bool) -> str | None:
+    """Why the env cannot grade `task` (it is then skipped and counted, not failed), or None."""
+    if uses_func_helpers(task):
+        return USES_FUNC
+    if needs_judge(task) and not with_judge:
+        return NEEDS_JUDGE
+    return None
+
+
 def _read_tasks(path: Path) -> list[dict[str, Any]]:
     if path.is_dir():
         files = sorted(p for p in path.glob("*.json") if p.name != SPLITS_FILE)
+        numbered = [p for p in files if _PER_TASK_FILE.fullmatch(p.name)]
+        files = numbered or files  # WebArena's per-task files, not the aggregate lists beside them
     elif path.is_file():
         files = [path]
     else:
@@ -111,19 +144,22 @@ class TaskSet:
         """The task's site(s), e.g. "shopping" or "gitlab+reddit" (the paper reports per site)."""
         return "+".join(sorted(self.tasks[data_idx].get("sites") or ["unknown"]))
 
+    def skip_reasons(self, split: str, with_judge: bool | None = None) -> dict[int, str]:
+        """Task id -> why it cannot be graded, for the tasks of `split` left out (see `skip_reason`)."""
+        if split not in self.splits:
+            raise KeyError(split)
+        judge = judge_configured() if with_judge is None else with_judge
+        reasons = {i: skip_reason(self.tasks[i], judge) for i in self.splits[split]}
+        return {i: why for i, why in reasons.items() if why is not None}
+
     def split_ids(self, split: str, with_judge: bool | None = None) -> list[int]:
         """Task ids of `split` that can be graded (judge-graded ones only when a judge is configured)."""
-        if split not in self.splits:
-            raise KeyError(split)
-        judge = judge_configured() if with_judge is None else with_judge
-        return [i for i in self.splits[split] if judge or not needs_judge(self.tasks[i])]
+        skipped = self.skip_reasons(split, with_judge)
+        return [i for i in self.splits[split] if i not in skipped]
 
     def skipped_ids(self, split: str, with_judge: bool | None = None) -> list[int]:
-        """Task ids of `split` left out because they need the LLM judge and none is configured."""
-        if split not in self.splits:
-            raise KeyError(split)
-        judge = judge_configured() if with_judge is None else with_judge
-        return [] if judge else [i for i in self.splits[split] if needs_judge(self.tasks[i])]
+        """Task ids of `split` left out: they need the LLM judge and none is configured, or `func:` helpers."""
+        return list(self.skip_reasons(split, with_judge))
 
 
 def site_urls(overrides: Mapping[str, str] | None = None, embedded: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -173,16 +209,21 @@ def default_set() -> TaskSet:
         return _default
 
 
-def split_ids(split: str) -> list[int]:
-    return default_set().split_ids(split)
+def split_ids(split: str, judge_url: str | None = None) -> list[int]:
+    """The default set's gradable ids of `split`; a `judge_url` (the env option) counts as a configured judge."""
+    return default_set().split_ids(split, with_judge=True if judge_url else None)
 
 
-def skipped_ids(split: str) -> list[int]:
-    return default_set().skipped_ids(split)
+def skipped_ids(split: str, judge_url: str | None = None) -> list[int]:
+    return default_set().skipped_ids(split, with_judge=True if judge_url else None)
 
 
-def skipped_count(split: str) -> int:
-    return len(default_set().skipped_ids(split))
+def skip_reasons(split: str, judge_url: str | None = None) -> dict[int, str]:
+    return default_set().skip_reasons(split, with_judge=True if judge_url else None)
+
+
+def skipped_count(split: str, judge_url: str | None = None) -> int:
+    return len(skipped_ids(split, judge_url))
 
 
 def category(data_idx: int) -> str:
