@@ -358,7 +358,8 @@ def evaluation_task_ids(algo_config) -> list[int]:
 
     overrides = _evaluation_env_overrides(algo_config)
     categories = overrides.get("categories", (algo_config.env_config or {}).get("categories"))
-    return get_spec(algo_config.env).task_ids(evaluation_split(algo_config), categories)
+    env_options = overrides.get("env_options", (algo_config.env_config or {}).get("env_options"))
+    return get_spec(algo_config.env).task_ids(evaluation_split(algo_config), categories, env_options=env_options)
 
 
 def play_at_horizon(runner, task_ids: Sequence[int], horizon: int, *, group_size: int = 1, explore: bool = False,
@@ -417,6 +418,7 @@ def evaluate_during_training(algo) -> dict[str, Any]:
         "num_episodes": overall["num_episodes"],
         "num_tasks": overall["num_tasks"],
         "num_dropped_episodes": sum(r.num_dropped for r in rollouts),
+        "num_skipped_episodes": sum(r.num_skipped for r in rollouts),
         "horizon": horizon,
         "success_rate_by_category": {c: s["avg_at_k"] for c, s in scores["categories"].items()},
     }

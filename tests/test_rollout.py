@@ -1,6 +1,8 @@
-"""LLMEnvRunner: token-in/token-out multi-turn trajectories on TextCraft."""
+"""LLMEnvRunner: token-in/token-out multi-turn trajectories on TextCraft; WebArena's grade at the horizon."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from transformers import AutoTokenizer
@@ -88,3 +90,39 @@ def test_runner_over_http_server_matches_inprocess_observations():
         local.stop()
     assert [t.turns[0].observation for t in a.trajectories] == [t.turns[0].observation for t in b.trajectories]
     assert not server.alive()  # the runner's stop() ends the server it started
+
+
+def _cart_task(task_id: int, intent: str, required: str) -> dict:
+    """A WebArena config whose program_html reads the session's shopping cart."""
+    locator = "document.querySelector('#cart').innerText"
+    return {"task_id": task_id, "sites": ["shopping"], "start_url": "__SHOPPING__", "intent": intent,
+            "require_reset": True, "eval": {"eval_types": ["program_html"], "program_html": [
+                {"url": "__SHOPPING__/cart", "locator": locator, "required_contents": {"must_include": [required]}}]}}
+
+
+def test_runner_grades_webarena_episodes_the_horizon_cuts(tmp_path):
+    """WebArena's spec says graded_at_horizon: an episode that never sends `stop` is graded by the
+    evaluators when the runner's horizon ends it. The cart starts empty, so "empty my cart" is
+    met without any action (the untrained model's turn is an invalid action) and earns 1;
+    "add an item" is not met and earns 0. Other families keep the runner's plain horizon."""
+    (tmp_path / "tasks.json").write_text(json.dumps([
+        _cart_task(0, "Remove every item from my shopping cart.", "You have no items in your shopping cart."),
+        _cart_task(1, "Add a Bamboo Toothbrush 4-Pack to my shopping cart.", "Bamboo Toothbrush 4-Pack"),
+    ]))
+    config = (
+        GRPOConfig()
+        .environment("agentgym/webarena", env_config={"env_options": {"tasks": str(tmp_path), "max_obs_tokens": 64}})
+        .llm(inference_engine="hf", max_model_len=4096, group_size=2, max_turns=1, max_new_tokens=8)
+        .debugging(seed=0)
+    )
+    runner = LLMEnvRunner(config=config, worker_index=0)
+    try:
+        result = runner.sample(task_ids=[0, 1], explore=False)
+    finally:
+        runner.stop()
+    assert result.num_dropped == result.num_skipped == 0 and len(result.trajectories) == 4
+    for t in result.trajectories:
+        assert t.num_turns == 1 and not t.done  # the horizon, not `stop`, ended it
+        assert not t.turns[0].action.startswith("stop")
+        expected = 1.0 if t.data_idx == 0 else 0.0
+        assert (t.reward, t.success, t.turns[-1].reward) == (expected, expected == 1.0, expected)

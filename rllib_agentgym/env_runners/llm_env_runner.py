@@ -6,7 +6,11 @@ unfinished episode goes into ONE generation call on the inference engine;
 the env steps of that turn then run concurrently (threads; HTTP or
 in-process). An episode ends when the env says done, at the current
 max-turn horizon (set by `ScalingInterCallback`), or when the next turn
-would not fit the model's context.
+would not fit the model's context. For a family whose spec says
+`graded_at_horizon` (WebArena), an episode cut that way is then graded by
+the env (`session.evaluate()`), and that reward counts as its last turn's.
+An episode the env could not grade (info["skipped"]: e.g. WebArena's judge
+is missing or failed) is not scored either: counted in `num_skipped`.
 
 Faults never stop a rollout: a session whose env server fails beyond the
 client's retries (see `rllib_agentgym.envs.client`) drops its trajectory,
@@ -60,6 +64,7 @@ class RolloutResult:
 
     trajectories: list[Trajectory]
     num_dropped: int = 0
+    num_skipped: int = 0  # episodes the env ended without a grade (info["skipped"]); not scored
     generation_s: float = 0.0
     env_s: float = 0.0
     wall_s: float = 0.0
@@ -114,6 +119,7 @@ class _Episode:
         self.observation = observation
         self.finished = False
         self.dropped = False  # its env session failed: the trajectory is discarded, not scored
+        self.skipped = False  # the env could not grade it (info["skipped"]): discarded, counted apart
 
 
 class LLMEnvRunner(EnvRunner, Checkpointable):
@@ -183,7 +189,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         """Draw training tasks from exactly `task_ids` (of this runner's split) from now on,
         as env_config `task_ids` does at build time: a curriculum or a fixed pool. None:
         the whole split (within env_config `categories`)."""
-        self._task_ids = self.spec.task_ids(self._split, self._env_config.get("categories"), task_ids)
+        self._task_ids = self.spec.task_ids(self._split, self._env_config.get("categories"), task_ids,
+                                            self._env_config.get("env_options"))
 
     @property
     def task_ids(self) -> list[int]:
@@ -280,6 +287,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 traj.turns.append(Turn(e.observation, text, action, float(step.reward), error is None, refused))
                 traj.reward += float(step.reward)
                 traj.success = traj.success or bool(step.info.get("success", False))
+                e.skipped = bool(step.info.get("skipped", False))
                 e.observation = step.observation
                 if step.done or last_turn:
                     e.finished = True
@@ -290,9 +298,13 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                     continue
                 traj.append(self._chat.observation_ids(self._tokenizer, step.observation, closed), generated=False)
 
+        if self.spec.graded_at_horizon:
+            self._grade_cut_episodes([e for e in episodes if not (e.dropped or e.trajectory.done)], result)
         for e in episodes:
             if e.dropped:
                 result.num_dropped += 1
+            elif e.skipped:
+                result.num_skipped += 1
             else:
                 result.trajectories.append(e.trajectory)
         steps = sum(t.num_turns for t in result.trajectories)
@@ -307,6 +319,22 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         except EnvFailure as exc:
             logger.warning("env session failed: %s", exc)
             return exc
+
+    def _grade_cut_episodes(self, cut: list[_Episode], result: RolloutResult) -> None:
+        """The env's grade of episodes the horizon or the context cap ended (spec.graded_at_horizon)."""
+        t0 = time.perf_counter()
+        grades = list(self._pool.map(lambda e: self._safe(e.session.evaluate), cut))
+        result.env_s += time.perf_counter() - t0
+        for e, grade in zip(cut, grades):
+            if isinstance(grade, EnvFailure):
+                e.dropped = True
+            elif grade is not None:  # None: this server cannot grade; the episode keeps its rewards
+                traj = e.trajectory
+                traj.reward += grade["reward"]
+                traj.success = traj.success or grade["success"]
+                if traj.turns:
+                    traj.turns[-1].reward += grade["reward"]
+                e.skipped = bool(grade.get("skipped", False))
 
     def _step(self, episode: _Episode, text: str, finished: bool):
         action, error = check_response(self.spec, text, finished)

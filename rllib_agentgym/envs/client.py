@@ -1,9 +1,11 @@
 """Clients for env sessions: over AgentGym's HTTP protocol, or in-process.
 
 Both expose one session: `reset(data_idx) -> observation`,
-`step(action) -> StepResult`, `close()`, and raise only `EnvFailure` when a
-session cannot go on (the runner then drops that trajectory and counts it;
-it is never scored).
+`step(action) -> StepResult`, `evaluate() -> grade or None` (the env's final
+reward for the episode as it stands, for families graded at the runner's
+horizon; None when the env has no such grading), `close()`, and raise only
+`EnvFailure` when a session cannot go on (the runner then drops that
+trajectory and counts it; it is never scored).
 
 The HTTP client accepts both error conventions: ours (4xx with {"error"}) and
 AgentGym's (200 with {"error"}). It survives servers that die, hang or answer
@@ -188,6 +190,14 @@ class InProcessEnvClient:
             raise EnvFailure("step before reset (or after the env failed)")
         return self._guard("step", lambda: self._env.step(action))
 
+    def evaluate(self) -> dict[str, Any] | None:
+        """The env's `evaluate()` grade (see module doc), or None when its class has none."""
+        if self._env is None:
+            raise EnvFailure("evaluate before reset (or after the env failed)")
+        if not callable(getattr(self._env, "evaluate", None)):
+            return None
+        return _grade(self._guard("evaluate", self._env.evaluate), f"{self._env_class.__name__}.evaluate")
+
     def close(self) -> None:
         self._discard()
 
@@ -218,13 +228,15 @@ class HTTPEnvClient:
 
     # ---- one HTTP exchange ------------------------------------------------------
 
-    def _request(self, method: str, route: str, *, timeout: float | None = None, **kwargs) -> Any:
+    def _send(self, method: str, route: str, *, timeout: float | None = None, **kwargs) -> httpx.Response:
         url = self._url + route
         try:
-            response = self._http.request(method, url, timeout=timeout or self._retry.timeout_s, **kwargs)
+            return self._http.request(method, url, timeout=timeout or self._retry.timeout_s, **kwargs)
         except httpx.HTTPError as exc:
             raise ServerFault(f"{method} {url}: {type(exc).__name__}: {exc}") from None
-        return _payload(response, f"{method} {url}")
+
+    def _request(self, method: str, route: str, *, timeout: float | None = None, **kwargs) -> Any:
+        return _payload(self._send(method, route, timeout=timeout, **kwargs), f"{method} {self._url}{route}")
 
     # ---- session life -----------------------------------------------------------
 
@@ -313,6 +325,22 @@ class HTTPEnvClient:
         self._trace.append((action, result.observation))
         return result
 
+    def evaluate(self) -> dict[str, Any] | None:
+        """GET /evaluate?id=N: the server grades the episode as it stands and ends it (module doc).
+        None when the server has no such route (AgentGym's servers, other families)."""
+        if self._first_observation is None:
+            raise EnvFailure("evaluate before reset")
+
+        def _evaluate() -> dict[str, Any] | None:
+            if self._id is None:
+                self._rebuild()
+            response = self._send("GET", "/evaluate", params={"id": self._id})
+            if _route_missing(response):
+                return None
+            return _grade(_payload(response, f"GET {self._url}/evaluate"), f"{self._url}/evaluate")
+
+        return self._with_recovery(f"evaluate task {self._data_idx}", _evaluate)
+
     def close(self) -> None:
         """Free the session (best effort, bounded in time: a dead server must not block shutdown)."""
         if self._id is not None:
@@ -337,6 +365,30 @@ def _payload(response: httpx.Response, where: str) -> Any:
     if response.status_code >= 400 or error:
         raise EnvFailure(f"{where}: HTTP {response.status_code}: {error or response.text[:200]}")
     return body
+
+
+def _route_missing(response: httpx.Response) -> bool:
+    """A 404 / 405 for the route itself (not for the session id): the server has no such route.
+    FastAPI answers {"detail": "Not Found"}, our servers {"error": "Not Found"}."""
+    if response.status_code not in (404, 405):
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return True
+    message = (body.get("error") or body.get("detail")) if isinstance(body, dict) else None
+    return message in (None, "Not Found", "Method Not Allowed")
+
+
+def _grade(reply: Any, where: str) -> dict[str, Any]:
+    """An env's final grade {"reward": float, "success": bool, ...} checked like a step reply."""
+    try:
+        reward = float(reply.get("reward", 0.0) or 0.0)
+    except (AttributeError, TypeError, ValueError):
+        raise ServerFault(f"{where}: malformed grade: {str(reply)[:200]!r}", answered=True) from None
+    if not math.isfinite(reward):
+        raise ServerFault(f"{where}: reward is not a finite number: {reply.get('reward')!r}", answered=True)
+    return {**reply, "reward": reward, "success": bool(reply.get("success", False))}
 
 
 def _observation(reply: Any, where: str) -> str:

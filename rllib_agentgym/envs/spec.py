@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 _REACT_ACTION = re.compile(r"Action:\s*(.*)", re.DOTALL)
 
@@ -75,6 +75,12 @@ class EnvSpec:
     augment:       "module:function" (conversation, random.Random) -> a new training
                    conversation made from an expert one (e.g. TextCraft's item renaming),
                    or "" when the family has none.
+    graded_at_horizon: an episode the runner's horizon (or context cap) cuts is still graded:
+                   the runner asks the session's `evaluate()` for its final reward (WebArena
+                   grades an agent that never sends `stop`, as WebArena itself does).
+    split_options: env_options keys that change which tasks a split holds; they are passed
+                   to the tasks module's ``split_ids(split, **options)`` (WebArena's
+                   judge_url: judge-graded tasks count only when a judge is set).
     """
 
     name: str
@@ -89,6 +95,8 @@ class EnvSpec:
     format_response: Callable[[str, str], str] = format_react
     env_options: dict[str, Any] = field(default_factory=dict)
     augment: str = ""
+    graded_at_horizon: bool = False
+    split_options: tuple[str, ...] = ()
 
     def load_env_class(self) -> type:
         return _import_ref(self.env_class)
@@ -105,8 +113,10 @@ class EnvSpec:
     def _tasks(self):
         return importlib.import_module(self.tasks_module or self.server_module + ".tasks")
 
-    def split_ids(self, split: str) -> list[int]:
-        return list(self._tasks().split_ids(split))
+    def split_ids(self, split: str, env_options: Mapping[str, Any] | None = None) -> list[int]:
+        """The split's task ids; `env_options` matter only through `split_options`."""
+        given = {k: env_options[k] for k in self.split_options if env_options and env_options.get(k) is not None}
+        return list(self._tasks().split_ids(split, **given))
 
     def category(self, data_idx: int) -> str:
         return str(self._tasks().category(data_idx))
@@ -119,11 +129,12 @@ class EnvSpec:
         return [str(c) for c in declared()] if declared is not None else []
 
     def task_ids(self, split: str, categories: Sequence[str] | None = None,
-                 only: Sequence[int] | None = None) -> list[int]:
+                 only: Sequence[int] | None = None, env_options: Mapping[str, Any] | None = None) -> list[int]:
         """The split's task ids, or only those of `categories` (env_config `categories`:
         train and evaluate on a subset of levels, e.g. a curriculum's first stage), or
-        only those in `only` (env_config `task_ids`: a fixed pool of tasks, kept in order)."""
-        ids = self.split_ids(split)
+        only those in `only` (env_config `task_ids`: a fixed pool of tasks, kept in order).
+        `env_options`: the env_config's, for families with `split_options`."""
+        ids = self.split_ids(split, env_options)
         if only is not None:
             check_task_pool(self.name, split, ids, only)
         if categories:

@@ -471,6 +471,7 @@ class GRPO(Algorithm):
             "num_turns_mean": float(np.mean([t.num_turns for t in trajectories])) if n else float("nan"),
             "num_episodes": n,
             "num_dropped_episodes": sum(r.num_dropped for r in rollouts),
+            "num_skipped_episodes": sum(r.num_skipped for r in rollouts),  # ended ungraded by the env
             "horizon": rollouts[0].horizon if rollouts else self._current_horizon,
             "generated_tokens": tokens,
             "generated_tokens_per_s": tokens / gen_s,

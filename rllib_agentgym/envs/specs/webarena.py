@@ -72,4 +72,6 @@ SPEC = EnvSpec(
     parse_action=parse_fenced_action,
     tasks_module="envs.webarena.tasks",
     default_max_new_tokens=512,
+    graded_at_horizon=True,  # WebArena grades an agent that never sends `stop` at the horizon
+    split_options=("judge_url",),  # a judge given as an env option makes fuzzy_match tasks gradable
 )
