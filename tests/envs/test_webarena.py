@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import re
 import socket
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
@@ -18,10 +21,22 @@ from fastapi.testclient import TestClient
 from envs.webarena import taskgen, tasks
 from envs.webarena.actions import Action, ActionError, extract_action, parse_action
 from envs.webarena.axtree import render
+from envs.webarena.browser import BrowserSession
 from envs.webarena.env import WebArenaEnv
-from envs.webarena.evaluators import Judge, JudgeError, JudgeMissing, must_include, string_match, url_match
+from envs.webarena.evaluators import (
+    Judge,
+    JudgeError,
+    JudgeMissing,
+    Unsupported,
+    must_include,
+    program_html,
+    string_match,
+    url_match,
+)
 from envs.webarena.expert import ExpertAgent
 from envs.webarena.server import create_app
+from loopback import serve_in_thread
+from rllib_agentgym.envs.client import HTTPEnvClient, InProcessEnvClient
 from rllib_agentgym.envs.specs.webarena import SPEC, parse_fenced_action
 
 MAX_STEPS = 15
@@ -210,7 +225,145 @@ def test_task_set_from_one_json_list(tmp_path, monkeypatch):
         tasks.resolve("__MAP__/x", urls)
 
 
+def _config(task_id: int, **eval_: Any) -> dict[str, Any]:
+    """A minimal WebArena config file's task."""
+    return {"task_id": task_id, "sites": ["shopping"], "start_url": "__SHOPPING__", "intent": f"task {task_id}",
+            "require_reset": False, "eval": {"eval_types": ["url_match"], "reference_url": "__SHOPPING__", **eval_}}
+
+
+def test_task_set_from_webarena_config_files_folder(tmp_path):
+    """WebArena's config_files/: test.raw.json and test.json (lists) beside 0.json ... N.json."""
+    configs = [_config(i) for i in range(3)]
+    for name in ("test.raw.json", "test.json"):
+        (tmp_path / name).write_text(json.dumps(configs))
+    for config in configs:
+        (tmp_path / f"{config['task_id']}.json").write_text(json.dumps(config))
+    own = tasks.TaskSet(tmp_path)
+    assert [t["task_id"] for t in own.tasks] == [0, 1, 2] and own.split_ids("test") == [0, 1, 2]
+    # Without per-task files, the list is the task set; two lists holding the same tasks clash.
+    for config in configs:
+        (tmp_path / f"{config['task_id']}.json").unlink()
+    with pytest.raises(ValueError, match="duplicate task_id"):
+        tasks.TaskSet(tmp_path)
+    (tmp_path / "test.json").unlink()
+    assert [t["task_id"] for t in tasks.TaskSet(tmp_path).tasks] == [0, 1, 2]
+
+
+def test_func_helper_tasks_are_skipped_with_a_reason(tmp_path):
+    func = _config(1, eval_types=["program_html"], program_html=[
+        {"url": "func:reddit_get_post_url('__last_url__')", "locator": "document.querySelector('h1').innerText",
+         "required_contents": {"must_include": ["x"]}}])
+    fuzzy = _config(2, eval_types=["string_match"], reference_answers={"fuzzy_match": ["a calm lake"]})
+    (tmp_path / "tasks.json").write_text(json.dumps([_config(0), func, fuzzy]))
+    own = tasks.TaskSet(tmp_path)
+    assert own.split_ids("train", with_judge=True) == [0, 2] and own.skipped_ids("train", with_judge=True) == [1]
+    assert own.skip_reasons("train", with_judge=False) == {1: tasks.USES_FUNC, 2: tasks.NEEDS_JUDGE}
+    assert tasks.skip_reason(_config(3, eval_types=["program_html"], program_html=[
+        {"url": "last", "locator": "func:get_query_text(__page__, '.x')", "required_contents": ["x"]}]), True)
+    with pytest.raises(Unsupported, match="func: helpers"):
+        program_html(func, page=None)
+
+
+def test_judge_url_env_option_counts_as_a_configured_judge(monkeypatch):
+    monkeypatch.delenv("WEBARENA_JUDGE_URL", raising=False)
+    fuzzy = {i for i in range(len(TASK_SET)) if tasks.needs_judge(TASK_SET.tasks[i])} & set(TASK_SET.splits["train"])
+    plain = SPEC.task_ids("train")
+    with_judge = SPEC.task_ids("train", env_options={"judge_url": "http://127.0.0.1:9", "max_steps": 3})
+    assert fuzzy and fuzzy.isdisjoint(plain) and fuzzy <= set(with_judge)
+    assert set(with_judge) - set(plain) == fuzzy
+    assert SPEC.task_ids("train", env_options={"judge_url": None}) == plain
+
+
+def test_expert_states_only_answers_it_reads_on_the_page():
+    env = SimpleNamespace(task={
+        "intent": "What is the price?", "start_url": "http://shop",
+        "eval": {"eval_types": ["string_match"], "reference_answers": {"must_include": ["21.75", "Tea"]}}})
+
+    assert ExpertAgent(env).act("[5] StaticText 'Organic Green TEA' [6] StaticText '$21.75'")[1] == "stop [21.75 Tea]"
+    thought, action = ExpertAgent(env).act("[5] StaticText 'Organic Green Tea' [6] StaticText '$19.99'")
+    assert action == "stop []" and "not on this page" in thought
+
+
 # -- in Chromium ------------------------------------------------------------
+
+
+@pytest.fixture
+def local_page(tmp_path):
+    """A small page served on loopback: its URL."""
+    (tmp_path / "page.html").write_text(
+        "<html><body><h1 id='title'>Order #7</h1><p id='status'>  'Shipped' </p>"
+        "<ul id='items'><li>Green tea x2</li><li>Kettle x1</li></ul></body></html>"
+    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/page.html"
+    server.shutdown()
+    server.server_close()
+
+
+def test_program_html_reads_a_page_in_chromium(local_page):
+    def check(*targets: dict[str, Any]):
+        return program_html({"eval": {"program_html": list(targets)}}, browser)
+
+    status = "document.querySelector('#status').innerText"
+    items = "document.querySelector('#items').innerText"
+    browser = BrowserSession()
+    try:
+        browser.start([])
+        browser.goto(local_page)
+        # exact_match after WebArena's cleaning (strip, quotes, case), on the agent's tab and on a scratch tab.
+        assert check({"url": "last", "locator": status, "required_contents": {"exact_match": "shipped"}}).score == 1.0
+        assert check({"url": local_page, "locator": status, "required_contents": {"exact_match": "Ship"}}).score == 0.0
+        # must_include: every entry must be there; " |OR| " separates alternatives within an entry.
+        either = {"must_include": ["Kettle x1", "Green tea x3 |OR| Green tea x2"]}
+        assert check({"url": local_page, "locator": items, "required_contents": either}).score == 1.0
+        neither = {"must_include": ["Kettle x1", "Green tea x3 |OR| Black tea x2"]}
+        assert check({"url": "last", "locator": items, "required_contents": neither}).score == 0.0
+        # An empty locator reads the page's HTML; WebArena's older list format is a must_include.
+        assert check({"url": "last", "locator": "", "required_contents": ["<h1 id=\"title\">Order #7</h1>"]}).score == 1.0
+        # A locator that throws (no such element) reads as "" and says so.
+        missing = check({"url": "last", "locator": "document.querySelector('#nope').innerText",
+                         "required_contents": {"must_include": ["Shipped"]}})
+        assert missing.score == 0.0 and "locator failed" in missing.details[0]
+        assert browser.page.url == local_page  # scratch tabs are gone again
+    finally:
+        browser.close()
+
+
+def test_browser_actions_hover_press_history_and_tabs():
+    env = WebArenaEnv(max_obs_tokens=400)
+    try:
+        home = env.reset(_first("shopping", "url_match"))
+        home_url = re.search(r"URL: (\S+)", home).group(1)
+        # hover: the pointer is over the link (what a CSS :hover menu would react to).
+        link = _element(home, "link", "My Orders")
+        assert not env.step(f"hover [{link}]").info["invalid_action"]
+        hovered = "Array.from(document.querySelectorAll(':hover')).pop().textContent"
+        assert env._browser.evaluate(None, hovered) == "My Orders"
+        # press: Enter submits the search typed without Enter; Tab moves the focus on.
+        typed = env.step(f"type [{_element(home, 'textbox', 'Search')}] [tea] [0]").observation
+        assert "textbox 'Search' value: 'tea' focused: True" in typed and f"URL: {home_url}\n" in typed
+        results = env.step("press [Enter]").observation
+        search_url = f"{home_url.rstrip('/')}/search?q=tea"
+        assert f"URL: {search_url}\n" in results and "link 'Organic Green Tea 100 Bags'" in results
+        focused = [line for line in env.step("press [Tab]").observation.splitlines() if "focused: True" in line]
+        assert any("link 'Home' focused: True" in line for line in focused)
+        # go_back / go_forward through the history.
+        assert f"URL: {home_url}\n" in env.step("go_back").observation
+        assert f"URL: {search_url}\n" in env.step("go_forward").observation
+        # new_tab + goto, then tab_focus between the two tabs.
+        env.step("new_tab")
+        cart = env.step(f"goto [{home_url.rstrip('/')}/cart]").observation
+        assert "Tab 1 (current)" in cart and "You have no items in your shopping cart." in cart
+        first = env.step("tab_focus [0]").observation
+        assert first.startswith("OBSERVATION:\nTab 0 (current): Search results") and f"URL: {search_url}\n" in first
+        assert "Tab 1: " in first and "Cart" in first.splitlines()[2]
+        assert f"URL: {home_url.rstrip('/')}/cart\n" in env.step("tab_focus [1]").observation
+    finally:
+        env.close()
 
 
 def _play(env, agent_env=None) -> dict[str, Any]:
@@ -383,6 +536,72 @@ def test_http_errors_evaluate_and_skipped_routes(client):
         assert last.done and last.info["success"] is False
     finally:
         env.close()
+
+
+def test_skipped_route_lists_the_fuzzy_task_an_episode_skipped(client, monkeypatch):
+    monkeypatch.delenv("WEBARENA_JUDGE_URL", raising=False)
+    fuzzy = next(i for i in TASK_SET.splits["train"] if tasks.needs_judge(TASK_SET.tasks[i]))
+    env = _HttpEnv(client)
+    try:
+        env.reset(fuzzy)
+        info = env.step("stop [a calm lake]").info
+        assert info["skipped"] is True and not info["success"] and "needs an LLM judge" in info["eval_details"][0]
+    finally:
+        env.close()
+    listed = client.get("/skipped", params={"split": "train"}).json()
+    assert fuzzy in listed["ids"] and listed["ids"] == TASK_SET.skipped_ids("train", with_judge=False)
+    assert listed["count"] == len(listed["ids"]) and listed["reasons"][str(fuzzy)] == tasks.NEEDS_JUDGE
+    assert fuzzy not in client.get("/tasks", params={"split": "train"}).json()["ids"]
+
+
+def _solve_without_stop(session, data_idx: int) -> None:
+    """Play the expert's plan for the task, all but its final `stop`."""
+    obs = session.reset(data_idx)
+    agent = ExpertAgent(SimpleNamespace(task=tasks.resolve(TASK_SET.task(data_idx), _embedded_urls())))
+    while True:
+        _, action = agent.act(obs)
+        if action.startswith("stop"):
+            return
+        result = session.step(action)
+        assert not result.done and not result.info["invalid_action"], (action, result.observation)
+        obs = result.observation
+
+
+def _embedded_urls() -> dict[str, str]:
+    from envs.webarena.sites import embedded_sites
+
+    return tasks.site_urls(None, embedded_sites().urls)
+
+
+def test_state_change_without_stop_is_graded_at_the_clients_horizon():
+    """Both clients' evaluate(): the cart task solved without `stop` earns 1; a server without /evaluate gives None."""
+    from envs.textcraft.server import create_app as textcraft_app
+
+    cart = _first("shopping", "program_html")  # "Add N units of X to my shopping cart."
+    inproc = InProcessEnvClient(WebArenaEnv)
+    try:
+        inproc.reset(cart)
+        assert inproc.evaluate()["reward"] == 0.0  # nothing done yet
+        _solve_without_stop(inproc, cart)
+        grade = inproc.evaluate()
+        assert grade["reward"] == 1.0 and grade["success"] is True and grade["answer"] == ""
+    finally:
+        inproc.close()
+    with serve_in_thread(create_app()) as url:
+        remote = HTTPEnvClient(url)
+        try:
+            _solve_without_stop(remote, cart)
+            assert remote.evaluate()["reward"] == 1.0
+            assert remote.evaluate()["success"] is True  # idempotent: the episode is over, its grade stays
+        finally:
+            remote.close()
+    with serve_in_thread(textcraft_app()) as url:
+        other = HTTPEnvClient(url)
+        try:
+            other.reset(0)
+            assert other.evaluate() is None
+        finally:
+            other.close()
 
 
 def test_parallel_sessions_are_isolated_and_chromium_exits_on_close(client):
