@@ -1,12 +1,30 @@
-"""After a sync, vLLM's greedy tokens equal transformers' greedy tokens from the learner's weights."""
+"""After a sync, vLLM's greedy tokens equal transformers' greedy tokens from the learner's weights:
+at the engine level, and through the Algorithm's own sync after a real learner update."""
 
 from __future__ import annotations
 
 import torch
 from gymnasium.spaces import Text
 
-from rllib_agentgym.core.rl_module import LLMRLModule
+from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+from rllib_agentgym.core.rl_module import LLMRLModule, load_causal_lm
 from rllib_agentgym.env_runners.engines import HFEngine, SamplingConfig, VLLMEngine
+
+PROMPTS = [[1, 392, 262, 201, 41, 81], [1, 548, 75, 290, 337, 86, 201, 1]]
+GREEDY = SamplingConfig(max_new_tokens=24, temperature=0.0)
+
+
+def _hf_greedy(llm, prompts) -> list[list[int]]:
+    """Plain transformers `generate`, greedy, on a model object."""
+    llm.eval()
+    with torch.no_grad():
+        return [llm.generate(torch.tensor([p]), max_new_tokens=GREEDY.max_new_tokens, do_sample=False)[0, len(p):].tolist()
+                for p in prompts]
+
+
+def _agree(engine_tokens, hf_tokens) -> bool:
+    # vLLM stops at EOS; generate may pad past it: compare the engine's tokens as a prefix.
+    return all(e and h[: len(e)] == e for e, h in zip(engine_tokens, hf_tokens))
 
 
 def test_vllm_greedy_matches_hf_after_weight_sync(embedded_model):
@@ -19,20 +37,52 @@ def test_vllm_greedy_matches_hf_after_weight_sync(embedded_model):
     weights = module.get_state()  # what the learner group hands the env runners
 
     engine = VLLMEngine(embedded_model, dtype="float32", max_model_len=512, seed=0)
-    prompts = [[1, 392, 262, 201, 41, 81], [1, 548, 75, 290, 337, 86, 201, 1]]
-    greedy = SamplingConfig(max_new_tokens=24, temperature=0.0)
-    before = [g.token_ids for g in engine.generate(prompts, greedy)]
+    before = [g.token_ids for g in engine.generate(PROMPTS, GREEDY)]
     engine.load_weights({k: torch.as_tensor(v) for k, v in weights.items()}.items())
-    after = [g.token_ids for g in engine.generate(prompts, greedy)]
+    after = [g.token_ids for g in engine.generate(PROMPTS, GREEDY)]
     engine.shutdown()
 
     hf = HFEngine(embedded_model, dtype="float32")
     hf.load_weights({k: torch.as_tensor(v) for k, v in weights.items()}.items())
-    expected = [g.token_ids for g in hf.generate(prompts, greedy)]
+    expected = [g.token_ids for g in hf.generate(PROMPTS, GREEDY)]
     # The reference: plain transformers generate on the module's own model.
-    with torch.no_grad():
-        direct = module.llm.generate(torch.tensor([prompts[0]]), max_new_tokens=24, do_sample=False)[0, 6:].tolist()
+    direct = _hf_greedy(module.llm, PROMPTS[:1])
 
     assert after == expected
-    assert after[0] == direct[: len(after[0])]
+    assert after[0] == direct[0][: len(after[0])]
     assert before != after  # the sync really changed the engine's weights
+
+
+def test_algorithm_sync_after_update_reaches_the_runners_vllm(ray_local, embedded_model, tmp_path, monkeypatch):
+    """The production path: GRPO.training_step() samples with the runner's vLLM, the LearnerGroup
+    updates, and `env_runner_group.sync_weights` -> LLMEnvRunner.set_state loads the new weights."""
+    config = (
+        GRPOConfig()
+        .environment("agentgym/textcraft")
+        .llm(model_path=embedded_model, model_dtype="float32", inference_engine="vllm", max_model_len=1024,
+             group_size=2, tasks_per_iteration=1, max_turns=1, max_new_tokens=8,
+             log_trajectories=0)
+        # An entropy bonus gives a gradient even when every reward of the group is equal.
+        .training(lr=5e-3, entropy_coeff=0.01)
+        .debugging(seed=0)
+    )
+    import ray.tune.trainable.trainable as trainable
+
+    monkeypatch.setattr(trainable, "DEFAULT_STORAGE_PATH", str(tmp_path))  # its logdir: not ~/ray_results
+    algo = config.build_algo()
+    try:
+        runner = algo.env_runner_group.local_env_runner
+        runner._ensure_engine()
+        before = [g.token_ids for g in runner._engine.generate(PROMPTS, GREEDY)]
+        result = algo.train()
+        after = [g.token_ids for g in runner._engine.generate(PROMPTS, GREEDY)]
+        learner_llm = algo.learner_group._learner.module["default_policy"].unwrapped().llm
+        expected = _hf_greedy(learner_llm, PROMPTS)
+    finally:
+        algo.stop()
+    assert result["env_runners"]["num_episodes"] == 2  # the update trained on the runner's own rollouts
+    # The learner really moved away from the weights on disk, and the engine followed.
+    disk = load_causal_lm(embedded_model).state_dict()
+    assert any(not torch.equal(t, disk[name]) for name, t in learner_llm.state_dict().items())
+    assert before != after
+    assert _agree(after, expected), (after, expected)
