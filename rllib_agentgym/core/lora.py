@@ -5,12 +5,17 @@ an inference engine that cannot take adapters on the fly (vLLM after start on
 CPU, or any engine here) gets the merged weights of the adapted layers:
 
     W' = W + (alpha / r) * B @ A
+
+An engine that runs several HF modules as one fused layer (vLLM: q/k/v_proj ->
+qkv_proj, gate/up_proj -> gate_up_proj) reloads such a layer only whole, so
+the merged tensors travel with the base tensors of the rest of each layer
+they touch (`whole_fused_layers`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -75,3 +80,30 @@ def merge_adapter_into(base: Mapping[str, torch.Tensor], adapter: Mapping[str, A
         w = base[name]
         merged[name] = (w.float() + scaling * (ab["B"].float() @ ab["A"].float())).to(w.dtype)
     return merged
+
+
+def whole_fused_layers(
+    weights: Mapping[str, torch.Tensor],
+    base: Mapping[str, torch.Tensor],
+    fused_modules: Sequence[Sequence[str]],
+) -> dict[str, torch.Tensor]:
+    """`weights` plus the `base` tensors that complete every engine layer they touch.
+
+    vLLM reloads a layer only from all of its tensors: the parts not sent are
+    left uninitialized (its layerwise reload allocates the layer afresh), so
+    a merged q_proj and v_proj alone garble the fused qkv_proj (k, biases).
+    `fused_modules` holds the groups of HF module names one engine layer runs,
+    e.g. (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")). For every
+    module with a tensor in `weights`, each tensor (weight, bias) of it and of
+    its fused siblings is sent, from `base` where `weights` has none.
+    """
+    siblings = {leaf: tuple(group) for group in fused_modules for leaf in group}
+    touched = set()
+    for name in weights:
+        parent, _, leaf = name.rpartition(".")[0].rpartition(".")
+        touched.update(f"{parent}.{m}" if parent else m for m in siblings.get(leaf, (leaf,)))
+    out = dict(weights)
+    for name, tensor in base.items():
+        if name not in out and name.rpartition(".")[0] in touched:
+            out[name] = tensor
+    return out

@@ -37,6 +37,9 @@ class InferenceEngine(Protocol):
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None: ...
 
+    # Groups of HF module names the engine loads as one layer (all of a group's tensors or none).
+    fused_modules: tuple[tuple[str, ...], ...]
+
     def shutdown(self) -> None: ...
 
 
@@ -154,6 +157,18 @@ class VLLMEngine:
             generations.append(Generation(ids, logprobs, bool(ids) and ids[-1] == self._eos_id))
         return generations
 
+    @property
+    def fused_modules(self) -> tuple[tuple[str, ...], ...]:
+        """Groups of HF modules that this model runs as one layer (its vLLM model class's
+        `packed_modules_mapping`, e.g. q/k/v_proj -> qkv_proj): `load_weights` must get
+        all of a group's tensors or none (see core/lora.py, `whole_fused_layers`)."""
+        from vllm.model_executor.models import ModelRegistry
+
+        model_config = self._llm.llm_engine.model_config
+        model_cls, _ = ModelRegistry.resolve_model_cls(model_config.architectures, model_config)
+        mapping = getattr(model_cls, "packed_modules_mapping", None) or {}
+        return tuple(tuple(parts) for parts in mapping.values() if len(parts) > 1)
+
     def load_weights(self, named_tensors):
         # `load_weights()` after start fails on CPU (weights are repacked);
         # `reload_weights` re-runs the loader over the given tensors.
@@ -217,6 +232,8 @@ class HFEngine:
             n = row.index(self._eos_id) + 1 if self._eos_id in row else len(row)
             generations.append(Generation(row[:n], lp[:n], self._eos_id in row[:n]))
         return generations
+
+    fused_modules: tuple = ()  # every module loads on its own: any subset of tensors may come
 
     @torch.no_grad()
     def load_weights(self, named_tensors):

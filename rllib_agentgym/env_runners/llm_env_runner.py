@@ -163,7 +163,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         }
         self._engine = make_engine(self.config.inference_engine, model_path, **options)
         if self._pending_weights is not None:
-            self._engine.load_weights(self._pending_weights.items())
+            self._load_into_engine(self._pending_weights)
             self._pending_weights = None
 
     def _ensure_sessions(self, n: int) -> list:
@@ -365,7 +365,15 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         if self._engine is None:
             self._pending_weights = tensors
         else:
-            self._engine.load_weights(tensors.items())
+            self._load_into_engine(tensors)
+
+    def _load_into_engine(self, tensors: dict) -> None:
+        if self.config.lora:
+            # Merged adapted layers alone would garble the engine's fused layers (vLLM's
+            # qkv_proj, gate_up_proj): the rest of each layer they touch goes with them.
+            fused = getattr(self._engine, "fused_modules", ())
+            tensors = lora_lib.whole_fused_layers(tensors, self._base_weights(), fused)
+        self._engine.load_weights(tensors.items())
 
     def _base_weights(self) -> dict:
         """The frozen base model's weights (read once from its safetensors files), for LoRA merges."""

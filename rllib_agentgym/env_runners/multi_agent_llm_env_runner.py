@@ -231,7 +231,7 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
         engine = make_engine(cfg.inference_engine, model_path, **options)
         self._engines[policy_id] = engine
         if policy_id in self._pending_weights:
-            engine.load_weights(self._pending_weights.pop(policy_id).items())
+            self._load_into_engine(policy_id, engine, self._pending_weights.pop(policy_id))
         return engine
 
     def _ensure_envs(self, n: int) -> list:
@@ -483,9 +483,17 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
                 tensors = lora_lib.merge_adapter_into(self._base_weights(policy_id), tensors,
                                                       lora_lib.lora_scaling(cfg.lora or {}))
             if policy_id in self._engines:
-                self._engines[policy_id].load_weights(tensors.items())
+                self._load_into_engine(policy_id, self._engines[policy_id], tensors)
             else:
                 self._pending_weights[policy_id] = tensors
+
+    def _load_into_engine(self, policy_id: str, engine, tensors: dict) -> None:
+        if self._policy_config(policy_id).lora:
+            # Merged adapted layers alone would garble the engine's fused layers (vLLM's
+            # qkv_proj, gate_up_proj): the rest of each layer they touch goes with them.
+            fused = getattr(engine, "fused_modules", ())
+            tensors = lora_lib.whole_fused_layers(tensors, self._base_weights(policy_id), fused)
+        engine.load_weights(tensors.items())
 
     def _base_weights(self, policy_id: str) -> dict:
         """A policy's frozen base weights (read once from its safetensors files), for LoRA merges."""
