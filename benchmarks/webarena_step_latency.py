@@ -132,11 +132,11 @@ def run_http(ids: list[int]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=18)
     parser.add_argument("--mode", choices=["both", "inproc", "http"], default="both")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     test = tasks.default_set().split_ids("test", with_judge=False)
     # Spread over the sites: round-robin over the per-site lists.
     per_site: dict[str, list[int]] = defaultdict(list)
@@ -149,6 +149,7 @@ def main() -> None:
     if args.mode in ("both", "http"):
         report["http"] = run_http(ids)
     print(json.dumps(report, indent=1))
+    return report
 
 
 if __name__ == "__main__":

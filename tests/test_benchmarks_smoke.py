@@ -186,3 +186,15 @@ def test_textcraft_first_thoughts_compares_with_the_expert_and_the_task_text(tmp
     assert read_jsonl(path) == episodes  # gzip-compressed episodes read as plain ones
     main([str(path), "--json", str(tmp_path / "out.json")])
     assert json.loads((tmp_path / "out.json").read_text())[str(path)] == stats
+
+
+def test_webarena_step_latency_benchmark_runs_the_expert_in_chromium(capsys):
+    """Two test tasks in-process (the expert solves them); every action kind's steps are timed."""
+    from benchmarks.webarena_step_latency import main as webarena_latency
+
+    report = webarena_latency(["--tasks", "2", "--mode", "inproc"])
+    assert json.loads(capsys.readouterr().out) == report
+    inproc = report["inproc"]
+    assert len(report["tasks"]) == 2 and inproc["episodes"] == 2 and inproc["solved"] == 2
+    assert "stop" in inproc["by_action"] and inproc["step"]["n"] == sum(a["n"] for a in inproc["by_action"].values())
+    assert 0 < inproc["step"]["p50_ms"] <= inproc["step"]["p90_ms"] and inproc["observation_only"]["n"] == 20
