@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 from types import SimpleNamespace
 
-from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
+import numpy as np
+import pytest
+
+from rllib_agentgym.algorithms.grpo.grpo import GRPO, AgentPPOConfig, GRPOConfig
 from rllib_agentgym.core.trajectory import Trajectory
 from rllib_agentgym.envs.gym_env import text_space
 
@@ -26,13 +28,17 @@ def _synthetic_trajectories(n_groups=2, group_size=4, seed=0) -> list[Trajectory
     return out
 
 
-def _weights_after_one_update(num_learners: int, batch) -> dict:
-    cfg = (
-        GRPOConfig()
-        .environment("agentgym/textcraft")
-        .learners(num_learners=num_learners, num_cpus_per_learner=1 if num_learners else "auto")
-        .training(lr=1e-3, micro_batch_size=2, kl_coef=0.001)
+def _config(estimator: str) -> GRPOConfig:
+    # REINFORCE++ with its KL-shaped token rewards; GAE on AgentPPO's value head.
+    cls = AgentPPOConfig if estimator == "gae" else GRPOConfig
+    return cls().environment("agentgym/textcraft").training(
+        lr=1e-3, micro_batch_size=2, kl_coef=0.001, advantage_estimator=estimator,
+        kl_in_reward_coef=0.01 if estimator != "grpo" else 0.0,
     )
+
+
+def _weights_after_one_update(num_learners: int, batch, estimator: str = "grpo") -> dict:
+    cfg = _config(estimator).learners(num_learners=num_learners, num_cpus_per_learner=1 if num_learners else "auto")
     cfg.observation_space = cfg.action_space = text_space()
     group = cfg.build_learner_group()
     try:
@@ -42,11 +48,13 @@ def _weights_after_one_update(num_learners: int, batch) -> dict:
         group.shutdown()
 
 
-def test_two_ddp_learners_give_the_single_learner_update(ray_local):
-    cfg = GRPOConfig().training(micro_batch_size=2)
-    batch = GRPO._build_batch(SimpleNamespace(config=cfg), _synthetic_trajectories())
-    single = _weights_after_one_update(0, batch)
-    ddp = _weights_after_one_update(2, batch)
+@pytest.mark.parametrize("estimator", ["grpo", "reinforce_plus_plus", "gae"])
+def test_two_ddp_learners_give_the_single_learner_update(ray_local, estimator):
+    """GRPO's group advantages are computed before the batch is sharded; REINFORCE++ and GAE
+    whiten their token-level advantages in the learner, over the whole batch (all-reduced)."""
+    batch = GRPO._build_batch(SimpleNamespace(config=_config(estimator)), _synthetic_trajectories())
+    single = _weights_after_one_update(0, batch, estimator)
+    ddp = _weights_after_one_update(2, batch, estimator)
     assert single.keys() == ddp.keys()
     # One AdamW step of lr 1e-3 moved every weight by up to 1e-3; the two runs agree far closer.
     worst = max(float(np.abs(single[k] - ddp[k]).max()) for k in single)

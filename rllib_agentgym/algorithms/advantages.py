@@ -27,6 +27,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+# Sums a tensor over the processes that each hold a shard of the batch (identity on one).
+SumAcross = Callable[[Tensor], Tensor]
+
 __all__ = [
     "ESTIMATORS",
     "compute_advantages",
@@ -98,7 +101,13 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return (x * m).sum(dim) / m.sum(dim).clamp(min=1)
 
 
-def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+def _local_sum(t: Tensor) -> Tensor:
+    return t
+
+
+def masked_whiten(
+    x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8, all_reduce: SumAcross | None = None
+) -> Tensor:
     """Whiten x over the valid positions of the whole batch.
 
         mu  = sum(x m) / sum(m)
@@ -109,12 +118,17 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     With ``shift_mean=False`` the mean is kept, so only the spread is
     rescaled. With a single valid element the variance is taken as 0. Masked
     positions are 0 in the output.
+
+    When the batch is sharded (several learners), ``all_reduce`` sums a
+    tensor over the shards (e.g. ``torch.distributed.all_reduce``), so that
+    the sums above, and the result, are those of the whole batch.
     """
+    reduce = all_reduce or _local_sum
     m = mask.to(torch.float64)
     xf = x.to(torch.float64)
-    n = m.sum()
-    mu = (xf * m).sum() / n.clamp(min=1)
-    sq = ((xf - mu) ** 2 * m).sum()
+    n, total = reduce(torch.stack([m.sum(), (xf * m).sum()]))
+    mu = total / n.clamp(min=1)
+    sq = reduce(((xf - mu) ** 2 * m).sum())
     var = torch.where(n > 1, sq / (n - 1).clamp(min=1), torch.zeros_like(sq))
     out = (xf - mu) * torch.rsqrt(var + eps)
     if not shift_mean:
@@ -289,6 +303,7 @@ def reinforce_plus_plus_advantages(
     kl_per_token: Tensor | None = None,
     kl_coef: float = 0.0,
     gamma: float = 1.0,
+    all_reduce: SumAcross | None = None,
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE++ (Hu 2025): token-level KL in the reward, global whitening.
 
@@ -297,12 +312,13 @@ def reinforce_plus_plus_advantages(
         A_t = (G_t - mu) / sqrt(var + 1e-8)                     (`masked_whiten`)
 
     with mu and the unbiased var taken over every valid token of the whole
-    batch (no per-group baseline: the global normalization is the baseline).
+    batch (no per-group baseline: the global normalization is the baseline;
+    a sharded batch passes ``all_reduce``, see `masked_whiten`).
     Returns ``(advantages, returns)``, both [B, T] and 0 on masked positions.
     """
     token_r = token_level_rewards(rewards, response_mask, kl_per_token, kl_coef)
     returns = reinforce_pp_returns(token_r, response_mask, gamma)
-    return masked_whiten(returns, response_mask), returns
+    return masked_whiten(returns, response_mask, all_reduce=all_reduce), returns
 
 
 def gae_advantages(
@@ -312,6 +328,7 @@ def gae_advantages(
     gamma: float = 1.0,
     lam: float = 1.0,
     whiten: bool = True,
+    all_reduce: SumAcross | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Generalized advantage estimation (Schulman et al. 2016) for PPO.
 
@@ -326,8 +343,9 @@ def gae_advantages(
     values on masked positions are ignored.
 
     ``whiten=True`` (PPO's usual choice, and verl's) whitens the advantages
-    over all valid tokens of the batch with `masked_whiten`; the returns are
-    always built from the raw advantages. Returns ``(advantages, returns)``,
+    over all valid tokens of the batch with `masked_whiten` (of the whole
+    batch when it is sharded: ``all_reduce``); the returns are always built
+    from the raw advantages. Returns ``(advantages, returns)``,
     both [B, T] and 0 on masked positions.
     """
     dtype = _float_dtype(values)
@@ -350,7 +368,7 @@ def gae_advantages(
     )
     returns = (advantages + v) * valid.to(dtype)
     if whiten:
-        advantages = masked_whiten(advantages, response_mask)
+        advantages = masked_whiten(advantages, response_mask, all_reduce=all_reduce)
     return advantages, returns
 
 
@@ -461,9 +479,9 @@ def compute_advantages(estimator: str, **kwargs) -> tuple[Tensor, Tensor]:
     - ``"gigpo"``: rewards, group_ids, step_returns, anchor_ids, response_mask,
       step_weight=1.0, eps=1e-6, norm_by_std=True
     - ``"reinforce_plus_plus"``: rewards, response_mask, kl_per_token=None,
-      kl_coef=0.0, gamma=1.0
+      kl_coef=0.0, gamma=1.0, all_reduce=None
     - ``"gae"``: token_rewards, values, response_mask, gamma=1.0, lam=1.0,
-      whiten=True
+      whiten=True, all_reduce=None
 
     For the group estimators (grpo, rloo, gigpo) the advantage is broadcast
     over the response tokens and ``returns`` is the same tensor (there is no

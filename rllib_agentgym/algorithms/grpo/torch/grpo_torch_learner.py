@@ -5,9 +5,10 @@ Per `update()` call (one training batch):
     reference is the base model, adapter off), the policy's log-probs before
     the update when the batch feeds more than one optimizer step (pi_old),
     the values before the update (PPO), and the token-level advantages of the
-    estimators that need them (REINFORCE++'s KL-shaped returns, GAE). GRPO
-    and RLOO advantages arrive precomputed: they need whole groups, and
-    several learners each get only a shard of the batch.
+    estimators that need them (REINFORCE++'s KL-shaped returns, GAE), whitened
+    with statistics all-reduced over the learners' shards so that they are
+    the whole batch's. GRPO and RLOO advantages arrive precomputed: they need
+    whole groups, and several learners each get only a shard of the batch.
   * during `critic_warmup` iterations (PPO), only the value loss is trained
     and only the value head steps; the policy stays the one that sampled.
   * per minibatch (RLlib's `minibatch_size` / `num_epochs` iterator): the
@@ -195,16 +196,18 @@ class GRPOTorchLearner(TorchLearner):
         kl = None
         if "ref_logprobs" in policy_batch and cfg.kl_in_reward_coef > 0:
             kl = kl_penalty(torch.as_tensor(policy_batch["old_logprobs"]), torch.as_tensor(policy_batch["ref_logprobs"]), "k1")
+        # Whitened over the whole batch, not this learner's shard of it.
+        all_reduce = self._sum_across_learners if self._is_distributed() else None
         if cfg.advantage_estimator == "reinforce_plus_plus":
             adv, returns = compute_advantages(
                 "reinforce_plus_plus", rewards=rewards, response_mask=mask, kl_per_token=kl,
-                kl_coef=cfg.kl_in_reward_coef, gamma=cfg.gamma,
+                kl_coef=cfg.kl_in_reward_coef, gamma=cfg.gamma, all_reduce=all_reduce,
             )
         else:
             token_rewards = token_level_rewards(rewards, mask, kl, cfg.kl_in_reward_coef)
             adv, returns = compute_advantages(
                 "gae", token_rewards=token_rewards, values=torch.as_tensor(policy_batch["old_values"]),
-                response_mask=mask, gamma=cfg.gamma, lam=cfg.lambda_,
+                response_mask=mask, gamma=cfg.gamma, lam=cfg.lambda_, all_reduce=all_reduce,
             )
         policy_batch["advantages"] = adv.float().numpy()
         policy_batch["returns"] = returns.float().numpy()
@@ -216,14 +219,23 @@ class GRPOTorchLearner(TorchLearner):
 
     # ---- one optimizer step over a minibatch ------------------------------------
 
+    def _is_distributed(self) -> bool:
+        return self.config.num_learners > 1 and torch.distributed.is_initialized()
+
+    def _sum_across_learners(self, t: torch.Tensor) -> torch.Tensor:
+        """The sum of `t` over all learners (on the learner's device: NCCL takes GPU tensors only)."""
+        on_device = t.to(self._device)
+        torch.distributed.all_reduce(on_device)
+        return on_device.to(t.device)
+
     def _global_counts(self, response_mask: torch.Tensor) -> Dict[str, int]:
         counts = global_loss_counts(response_mask)
-        if self.config.num_learners > 1 and torch.distributed.is_initialized():
+        if self._is_distributed():
             # DDP averages gradients over learners: normalize by the counts of the
             # whole batch (all shards) and scale by the world size so the average
             # is exactly the full-batch gradient.
             t = torch.tensor([counts["global_token_count"], counts["global_seq_count"]], dtype=torch.float64)
-            torch.distributed.all_reduce(t)
+            t = self._sum_across_learners(t)
             counts = {"global_token_count": float(t[0]), "global_seq_count": float(t[1])}
         return counts
 
