@@ -1,6 +1,7 @@
 """Run every benchmark, print one table (Markdown) and write the JSON.
 
-    python benchmarks/run_all.py                       # all, default sizes (~15-25 min on 2 busy cores)
+    python benchmarks/run_all.py                       # all, default sizes (~15-25 min on 2 busy cores,
+                                                       # + ~25 min for searchqa_retrieval / searchqa_dense at load ~12)
     python benchmarks/run_all.py --quick               # smaller counts, a few minutes
     python benchmarks/run_all.py --only rollout,learner --out-dir /tmp/bench
     python benchmarks/run_all.py --from-results       # the table again, from the JSON files
@@ -36,6 +37,10 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "weight_sync": ("weight_sync.py", [], ["--repeats", "3"]),
     "weight_sync_25m": ("weight_sync.py", ["--model", "embedded-25m"], ["--model", "embedded-25m", "--repeats", "3"]),
     "scaling": ("scaling.py", [], ["--tasks", "2", "--repeats", "2"]),
+    "searchqa_retrieval": ("searchqa_retrieval.py", [], ["--scale", "1", "--max-queries", "256"]),
+    # Dense retrieval's cost with a random-init encoder of e5-small-v2's shape (no weights to download).
+    "searchqa_dense": ("searchqa_retrieval.py", ["--random-encoder", "12x384", "--skip-bm25", "--scale", "1", "--max-queries", "512"],
+                       ["--random-encoder", "2x128", "--skip-bm25", "--scale", "0.3", "--max-queries", "128"]),
 }
 
 
@@ -122,6 +127,41 @@ def _scaling_rows(r: dict) -> list[Row]:
     return rows
 
 
+def _retrieval_rows(r: dict) -> list[Row]:
+    """Index build docs/s, in-process search queries/s by batch size, and the HTTP service
+    against the same-batch in-process rate (its limit)."""
+    rows = []
+    for key, label in (("bm25_numpy", "BM25 (bm25s numpy)"), ("bm25_numba", "BM25 (bm25s numba)"), ("dense", "dense")):
+        if key not in r:
+            continue
+        m = r[key]
+        if key == "dense":
+            encoder = f"random-init BERT {r['random_encoder']}, " if r.get("random_encoder") else ""
+            label = f"dense ({encoder}{m['search_backend']})"
+        if key == "bm25_numba":  # the same index as numpy's; its build time is numba's JIT compile
+            rows.append(("searchqa_retrieval", f"{label}: index build + JIT compile, {r['num_docs']:,} docs: s",
+                         f"{m['build_s']:.1f} s", f"load {m['load_s']:.3f} s (mmap)", "", ""))
+        else:
+            rows.append(("searchqa_retrieval", f"{label}: index build, {r['num_docs']:,} docs: docs/s",
+                         _fmt(m["build_docs_per_s"]), f"load {m['load_s']:.3f} s (mmap)", "", ""))
+        rates = m["queries_per_s"]
+        rows.append(("searchqa_retrieval", f"{label}: in-process queries/s, batch " + " / ".join(k.split("_")[1] for k in rates),
+                     " / ".join(_fmt(v) for v in rates.values()), "", "", ""))
+        service = m["service_queries_per_s"]
+        single = next(k for k in service if k.endswith("single_query"))
+        clients = single.split("_")[1]
+        inproc = rates.get("batch_64")
+        rows.append(("searchqa_retrieval", f"{label}: HTTP service queries/s, batches of 64 / {clients} one-query clients",
+                     f"{_fmt(service['http_batch_64'])} / {_fmt(service[single])}",
+                     f"{_fmt(inproc)} (in-process, batch 64)" if inproc else "",
+                     _fmt(service["http_batch_64"] / inproc) if inproc else "", ""))
+        if "index_only_queries_per_s" in m:
+            rows.append(("searchqa_retrieval", f"{label}: index alone (queries pre-encoded) queries/s, "
+                         + " / ".join(m["index_only_queries_per_s"]),
+                         " / ".join(_fmt(v) for v in m["index_only_queries_per_s"].values()), "", "", ""))
+    return rows
+
+
 ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "rollout": _rollout_rows,
     "learner": _learner_rows,
@@ -129,6 +169,8 @@ ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "weight_sync": _weight_rows,
     "weight_sync_25m": _weight_rows,
     "scaling": _scaling_rows,
+    "searchqa_retrieval": _retrieval_rows,
+    "searchqa_dense": _retrieval_rows,
 }
 
 

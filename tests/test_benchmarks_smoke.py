@@ -31,6 +31,25 @@ def test_env_server_benchmark_textcraft_json_shape(tmp_path):
     assert isinstance(family["target_met"], bool)
 
 
+def test_searchqa_retrieval_benchmark_json_shape_and_rows(tmp_path):
+    """Tiny counts through the real service process; run_all turns the JSON into table rows."""
+    from benchmarks import searchqa_retrieval
+    from benchmarks.run_all import ROWS
+
+    out = tmp_path / "searchqa_retrieval.json"
+    searchqa_retrieval.main(["--scale", "0.1", "--max-queries", "16", "--bm25-backends", "numpy", "--clients", "4",
+                             "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["num_docs"] > 200 and result["num_queries"] == 16 and "searchqa_retrieval" in result["meta"]["command"]
+    assert {"bm25s", "faiss-cpu"} <= set(result["retrieval_versions"])
+    bm25 = result["bm25_numpy"]
+    assert bm25["build_docs_per_s"] > 0 and sorted(bm25["queries_per_s"]) == ["batch_1", "batch_256", "batch_64", "batch_8"]
+    assert set(bm25["service_queries_per_s"]) == {"http_4_clients_single_query", "http_batch_64"}
+    assert all(v > 0 for v in [*bm25["queries_per_s"].values(), *bm25["service_queries_per_s"].values()])
+    rows = ROWS["searchqa_retrieval"](result)
+    assert [r[1].split(":")[1].strip().split(",")[0] for r in rows] == ["index build", "in-process queries/s", "HTTP service queries/s"]
+
+
 def test_first_action_credit_classifies_context_and_action():
     from types import SimpleNamespace
 
