@@ -145,6 +145,13 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self._env_steps_lifetime = 0
         self._pool = ThreadPoolExecutor(max_workers=max(1, int(self.config.env_step_threads)))
 
+    def __repr__(self) -> str:
+        # Ray's dashboard shows this beside the class name (the actor's "repr name").
+        # Safe before __init__ has finished (Ray may log it then).
+        role = "evaluation" if getattr(getattr(self, "config", None), "in_evaluation", False) else "training"
+        env = getattr(getattr(self, "spec", None), "name", "?")
+        return f"LLMEnvRunner(agentgym/{env}, {role} runner {getattr(self, 'worker_index', 0) or 0})"
+
     # ---- lazily built parts (an idle local runner costs nothing) ----------------
 
     def _ensure_engine(self) -> None:
@@ -168,7 +175,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
     def _ensure_sessions(self, n: int) -> list:
         if self._factory is None:
-            self._factory = SessionFactory(self.spec, self._env_config)
+            self._factory = SessionFactory(self.spec, self._env_config, runner_index=self.worker_index)
         while len(self._sessions) < n:
             self._sessions.append(self._factory.make())
         return self._sessions[:n]

@@ -5,7 +5,9 @@
     server_url:   URL or list of URLs of running env servers (HTTP mode); with
                   several, sessions are spread over them and fail over to a
                   live one when theirs dies or hangs
-    launch_server: start a local server subprocess per env runner (HTTP mode)
+    launch_server: start a local server per env runner (HTTP mode): inside a Ray
+                  cluster a named `EnvServer` actor that owns and supervises it
+                  (see `rllib_agentgym.envs.server_actor`), else a subprocess
     (neither):    in-process mode: the env class is called directly
     env_options:  dict passed to /create (or the env class)
     split:        task split to draw from ("train" by default)
@@ -29,6 +31,7 @@ from rllib_agentgym.envs.client import (
     LocalEnvServer,
     RetryPolicy,
 )
+from rllib_agentgym.envs.server_actor import ActorEnvServer, launch_env_server
 from rllib_agentgym.envs.spec import EnvSpec
 
 ENV_PREFIX = "agentgym/"
@@ -59,9 +62,10 @@ def get_spec(env: str) -> EnvSpec:
 
 
 class SessionFactory:
-    """Makes env sessions for one runner, per its env_config (see module doc)."""
+    """Makes env sessions for one runner, per its env_config (see module doc).
+    `runner_index` names the server it launches, if any."""
 
-    def __init__(self, spec: EnvSpec, env_config: Mapping[str, Any]):
+    def __init__(self, spec: EnvSpec, env_config: Mapping[str, Any], runner_index: int | None = None):
         self.spec = spec
         self._options = {**spec.env_options, **dict(env_config.get("env_options") or {})}
         self._retry = RetryPolicy(
@@ -69,12 +73,12 @@ class SessionFactory:
             retries=int(env_config.get("client_retries", 3)),
             backoff_s=float(env_config.get("client_backoff_s", 0.5)),
         )
-        self._server: LocalEnvServer | None = None
+        self._server: LocalEnvServer | ActorEnvServer | None = None
         urls = env_config.get("server_url")
         if isinstance(urls, str):
             urls = [urls]
         if not urls and env_config.get("launch_server"):
-            self._server = LocalEnvServer(spec.server_module)
+            self._server = launch_env_server(spec.server_module, spec.name, runner_index)
             urls = [self._server.url]
         self._pool = (
             EndpointPool(list(urls), probe_timeout_s=min(2.0, self._retry.timeout_s)) if urls else None

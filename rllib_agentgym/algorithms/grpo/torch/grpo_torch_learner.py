@@ -76,6 +76,12 @@ class GRPOTorchLearner(TorchLearner):
     """Handles every LLM module of the MultiRLModule (one for single-agent runs, one per
     policy in multi-agent ones); each module's batch is normalized on its own."""
 
+    def __repr__(self) -> str:
+        # Ray's dashboard shows this for remote learners, whose class Ray Train wraps
+        # (their class name reads `create_executable_class.<locals>._WrappedExecutable`).
+        name = next(c.__name__ for c in type(self).__mro__ if c.__name__ != "_WrappedExecutable")
+        return f"{name}({getattr(getattr(self, 'config', None), 'env', None)})"
+
     def build(self) -> None:
         super().build()
         self._ref_models = {}
