@@ -89,17 +89,24 @@ def search_algorithm(kind: str, seed: int):
     return BasicVariantGenerator(random_state=seed)
 
 
-def build_tuner(args):
-    import rllib_agentgym  # noqa: F401  (registers GRPO and the agentgym/* envs)
-    from ray import tune
+def asha_scheduler(args):
+    """ASHA over training iterations: at each rung (grace period, then x2) a trial whose
+    metric falls below the rung's top half stops."""
     from ray.tune.schedulers import ASHAScheduler
 
-    scheduler = ASHAScheduler(
+    return ASHAScheduler(
         time_attr="training_iteration",
         max_t=args.iterations,
         grace_period=min(args.grace_period, args.iterations),
         reduction_factor=2,
     )
+
+
+def build_tuner(args, search_alg=None, scheduler=None):
+    """The Tuner; `search_alg` / `scheduler` default to `search_algorithm(args.search)` and ASHA."""
+    import rllib_agentgym  # noqa: F401  (registers GRPO and the agentgym/* envs)
+    from ray import tune
+
     storage = os.path.abspath(os.path.expanduser(args.storage_path)) if args.storage_path else None
     return tune.Tuner(
         "GRPO",
@@ -107,8 +114,8 @@ def build_tuner(args):
         tune_config=tune.TuneConfig(
             metric=METRIC,
             mode="max",
-            search_alg=search_algorithm(args.search, args.seed),
-            scheduler=scheduler,
+            search_alg=search_alg if search_alg is not None else search_algorithm(args.search, args.seed),
+            scheduler=scheduler if scheduler is not None else asha_scheduler(args),
             num_samples=args.num_samples,
             max_concurrent_trials=args.max_concurrent_trials,
         ),
@@ -121,13 +128,13 @@ def build_tuner(args):
     )
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: Sequence[str] | None = None, search_alg=None, scheduler=None):
     args = build_parser().parse_args(argv)
     import ray
 
     if not ray.is_initialized():
         ray.init()
-    results = build_tuner(args).fit()
+    results = build_tuner(args, search_alg, scheduler).fit()
     best = results.get_best_result(metric=METRIC, mode="max")
     print(f"best trial: {best.path}")
     print(f"  {METRIC} = {best.metrics.get('env_runners', {}).get('episode_return_mean')}")

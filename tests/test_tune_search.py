@@ -1,4 +1,5 @@
-"""Ray Tune: the search example (search algorithm + ASHA) runs 2 trials of GRPO on the tiny model."""
+"""Ray Tune: the search example (Optuna + ASHA) runs 2 trials of GRPO on the tiny model; the classic
+YAML's search spaces through `rllib train`."""
 
 from __future__ import annotations
 
@@ -18,28 +19,76 @@ def _example():
     return module
 
 
-def test_two_trial_search_writes_both_trials(ray_local, tmp_path):
+def _scalars(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} of the event files in `path`, read by TensorBoard's EventAccumulator."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for events_file in sorted(path.glob("events.out.tfevents.*")):
+        events = EventAccumulator(str(events_file), size_guidance={SCALARS: 0})
+        events.Reload()
+        for tag in events.Tags()[SCALARS]:
+            out.setdefault(tag, []).extend((e.step, e.value) for e in events.Scalars(tag))
+    return out
+
+
+def test_optuna_search_with_asha_runs_two_trials(ray_local, tmp_path):
+    """Optuna's TPE proposes two configs; ASHA (grace period 1, max_t 2) judges both trials at its
+    first rung; each trial's TensorBoard scalars and extras (text, histograms) read back."""
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+    from tensorboard.backend.event_processing.event_accumulator import HISTOGRAMS, TENSORS, EventAccumulator
+
     example = _example()
-    results = example.main([
-        "--engine", "hf", "--num-samples", "2", "--iterations", "1", "--group-sizes", "1", "2",
-        "--kl-coefs", "0.0", "0.01", "--tasks-per-iteration", "1", "--max-turns", "1", "--max-new-tokens", "8",
-        "--max-model-len", "1024", "--search", "random", "--storage-path", str(tmp_path), "-v", "0",
-    ])
+    argv = [
+        "--engine", "hf", "--num-samples", "2", "--iterations", "2", "--grace-period", "1",
+        "--group-sizes", "1", "2", "--kl-coefs", "0.0", "0.01", "--tasks-per-iteration", "1", "--max-turns", "1",
+        "--max-new-tokens", "8", "--max-model-len", "1024", "--search", "optuna", "--storage-path", str(tmp_path),
+        "-v", "0",
+    ]
+    assert isinstance(example.search_algorithm("auto", 0), OptunaSearch)  # optuna is pinned in requirements.txt
+    searcher = example.search_algorithm("optuna", 0)
+    scheduler = example.asha_scheduler(example.build_parser().parse_args(argv))
+    assert isinstance(searcher, OptunaSearch) and isinstance(scheduler, ASHAScheduler)
+    results = example.main(argv, search_alg=searcher, scheduler=scheduler)
     assert len(results) == 2 and not results.errors
+
+    # Optuna asked for both trials' configs and was told both outcomes.
+    study = searcher._ot_study
+    assert len(study.trials) == 2 and all(t.state.name == "COMPLETE" for t in study.trials)
+    # ASHA recorded both trials' metric at its first rung (iteration 1) and decided there.
+    rungs = dict(scheduler._brackets[0]._rungs)
+    assert sorted(rungs) == [1, 2] and len(rungs[1]) == 2
+
     trials = sorted((tmp_path / "textcraft-grpo-search").glob("GRPO_*"))
     assert len(trials) == 2
-    lrs = set()
+    configs = []
     for trial in trials:
         rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
-        assert [r["training_iteration"] for r in rows] == [1]
+        iterations = [r["training_iteration"] for r in rows]
+        assert iterations in ([1], [1, 2])  # stopped by ASHA at its rung, or run to max_t
         config = rows[0]["config"]
         assert 1e-6 <= config["lr"] <= 1e-4 and config["kl_coef"] in (0.0, 0.01) and config["group_size"] in (1, 2)
-        assert rows[0]["env_runners"]["num_episodes"] == config["group_size"]
-        assert "episode_return_mean" in rows[0]["env_runners"]
-        lrs.add(config["lr"])
-        # Each trial's TensorBoard files sit in its own dir: side by side under the experiment.
-        assert list(trial.glob("events.out.tfevents.*"))
-    assert len(lrs) == 2  # two draws from the log-uniform space
+        assert all(r["env_runners"]["num_episodes"] == config["group_size"] for r in rows)
+        configs.append((config["lr"], config["kl_coef"], config["group_size"]))
+
+        # Tune's scalars, one per iteration, equal to the result rows.
+        scalars = _scalars(trial)
+        returns = scalars["ray/tune/env_runners/episode_return_mean"]
+        assert [step for step, _ in returns] == iterations
+        assert [v for _, v in returns] == pytest.approx([r["env_runners"]["episode_return_mean"] for r in rows])
+        # Our extras: sample trajectories as text and histograms of turns and rewards, per iteration.
+        extras = EventAccumulator(str(trial / "extras"), size_guidance={TENSORS: 0, HISTOGRAMS: 0})
+        extras.Reload()
+        turns = extras.Histograms("trajectories/num_turns")
+        assert [h.step for h in turns] == iterations
+        assert all(h.histogram_value.num == config["group_size"] and h.histogram_value.max == 1 for h in turns)
+        rewards = extras.Histograms("trajectories/reward")
+        assert [h.histogram_value.sum for h in rewards] == pytest.approx(
+            [r["env_runners"]["episode_return_mean"] * config["group_size"] for r in rows])
+        text = extras.Tensors("trajectories/sample_0/text_summary")[0].tensor_proto.string_val[0].decode()
+        assert text.startswith("**textcraft task ") and "#### Turn 1" in text and "Crafting commands:" in text
+    assert len(set(configs)) == 2  # two distinct proposals
 
 
 @pytest.mark.slow
