@@ -11,6 +11,7 @@ with a clean in-process run.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -77,6 +78,29 @@ def flaky_proxy(upstream: str, fail_at: set[int]) -> FastAPI:
             steps["n"] += 1
             if steps["n"] in fail_at:
                 return JSONResponse(status_code=500, content={"error": "injected fault"})
+        return JSONResponse(status_code=reply.status_code, content=reply.json())
+
+    return app
+
+
+def poisoning_proxy(upstream: str, poisoned: set[int]) -> FastAPI:
+    """Forwards to a real server, but answers every /step of a session playing a task in
+    `poisoned` (a set the test may change) with a non-JSON page. Recreated sessions are reset
+    to the same task, so they fail too: those trajectories cannot be completed."""
+    app = FastAPI()
+    client = httpx.AsyncClient(base_url=upstream, timeout=10)
+    task_of: dict[int, int] = {}  # session id -> data_idx of its last /reset
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def forward(request: Request, path: str):
+        body = await request.body()
+        sent = json.loads(body) if body.strip() else {}
+        if path == "reset":
+            task_of[sent["id"]] = sent["data_idx"]
+        if path == "step" and task_of.get(sent.get("id")) in poisoned:
+            return PlainTextResponse("<html><body>502 Bad Gateway</body></html>")
+        reply = await client.request(request.method, "/" + path, content=body,
+                                     params=request.query_params, headers={"content-type": "application/json"})
         return JSONResponse(status_code=reply.status_code, content=reply.json())
 
     return app
@@ -446,6 +470,96 @@ def _optimizer_tensors(algo) -> list[np.ndarray]:
 
     walk(state)
     return found
+
+
+def _record_learner_batches(algo) -> list[list]:
+    """Record the trajectories each iteration hands to the learner (GRPO._build_batch's input)."""
+    built, build = [], algo._build_batch
+
+    def recording(trajectories):
+        built.append(list(trajectories))
+        return build(trajectories)
+
+    algo._build_batch = recording
+    return built
+
+
+def test_training_drops_trajectories_it_cannot_complete_and_goes_on(ray_local, embedded_model, textcraft_url,
+                                                                   no_home_results):
+    poisoned = {4}  # every session of task 4 gets garbage for its steps, through every retry
+    with serve_in_thread(poisoning_proxy(textcraft_url, poisoned)) as proxy:
+        algo = _tiny_grpo(server_url=proxy, task_ids=[3, 4], **FAST_RETRY).llm(tasks_per_iteration=2).build_algo()
+        try:
+            rollouts, batches = _capture_rollouts(algo), _record_learner_batches(algo)
+            weights_before = _weights(algo)
+            result = algo.train()
+            runners = result["env_runners"]
+            # Task 4's two trajectories could not be completed: dropped and counted ...
+            assert rollouts[0].num_dropped == 2 and runners["num_dropped_episodes"] == 2
+            assert runners["num_episodes"] == 2
+            # ... and never scored: the learner got task 3's two trajectories and nothing else.
+            assert len(batches) == 1 and batches[0] == rollouts[0].trajectories
+            assert [t.data_idx for t in batches[0]] == [3, 3]
+            assert any(not np.array_equal(w, weights_before[k]) for k, w in _weights(algo).items())
+
+            # Training goes on: the next iteration runs (the server behaves again: all four complete).
+            poisoned.clear()
+            result = algo.train()
+            assert result["training_iteration"] == 2
+            assert result["env_runners"]["num_dropped_episodes"] == 0 and result["env_runners"]["num_episodes"] == 4
+            assert sorted(t.data_idx for t in batches[1]) == [3, 3, 4, 4]
+        finally:
+            algo.stop()
+
+
+def _expected_format_error(text: str, ids: list[int], eos_id: int) -> str | None:
+    """The format error of a response of at most two tokens, read off its tokens (what
+    check_response should find): blank, cut by the cap, or one token that holds no action."""
+    if not text.strip():
+        return "empty"
+    if ids[-1] != eos_id:
+        return "truncated"
+    assert get_spec("textcraft").parse_action(text) is None, text
+    return "no_action"
+
+
+def _turn_token_ids(trajectory) -> list[list[int]]:
+    """The sampled ids of each turn: the runs of loss_mask 1 (observations lie between them)."""
+    runs: list[list[int]] = []
+    previous = 0
+    for token, sampled in zip(trajectory.token_ids, trajectory.loss_mask):
+        if sampled and not previous:
+            runs.append([])
+        if sampled:
+            runs[-1].append(token)
+        previous = sampled
+    return runs
+
+
+def test_training_result_reports_format_error_rates_of_the_batch(ray_local, embedded_model, no_home_results):
+    from transformers import AutoTokenizer
+
+    # Two new tokens cannot hold "Thought: ...\nAction: ...": every response is bad, and which
+    # kind each is follows from its tokens alone.
+    config = _tiny_grpo().llm(max_new_tokens=2, tasks_per_iteration=2, scaling_inter=None, max_turns=2)
+    algo = config.build_algo()
+    try:
+        rollouts = _capture_rollouts(algo)
+        runners = algo.train()["env_runners"]
+    finally:
+        algo.stop()
+    eos_id = AutoTokenizer.from_pretrained(embedded_model).eos_token_id
+    kinds = []
+    for trajectory in rollouts[0].trajectories:
+        assert len(trajectory.turns) == 2  # nothing ends a TextCraft episode but the horizon here
+        for turn, ids in zip(trajectory.turns, _turn_token_ids(trajectory), strict=True):
+            assert len(ids) <= 2 and not turn.valid_format and turn.action == ""
+            kinds.append(_expected_format_error(turn.response, ids, eos_id))
+    assert len(kinds) == 8  # 2 tasks x 2 episodes x 2 turns, all of them actions
+    assert runners["format_error_rate"] == 1.0
+    assert set(runners["format_error_rate_by_kind"]) == set(FORMAT_ERROR_KINDS)
+    for kind in FORMAT_ERROR_KINDS:
+        assert runners["format_error_rate_by_kind"][kind] == kinds.count(kind) / len(kinds), kind
 
 
 def test_resumed_run_continues_exactly_like_an_uninterrupted_one(ray_local, embedded_model, tmp_path, no_home_results):
