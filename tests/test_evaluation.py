@@ -7,6 +7,7 @@ import json
 import math
 import pickle
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,6 +192,29 @@ def test_load_policy_model_path_and_missing_dir(tmp_path):
         load_policy(str(tmp_path / "nope"))
 
 
+def test_evaluate_cli_on_a_model_folder_with_a_progress_bar(embedded_model, tmp_path, capsys):
+    """`rllib evaluate MODEL_DIR` (no checkpoint): greedy, so the folder and `embedded` (the same
+    model) play the same responses; the progress bar shows unless --no-progress."""
+    from rllib_agentgym.cli import main
+
+    flags = ["--env", "agentgym/textcraft", "--engine", "hf", "--k", "2", "--num-tasks", "2", "--max-turns", "1",
+             "--max-new-tokens", "8"]
+    runs = {}
+    for source, extra in ((embedded_model, []), ("embedded", ["--no-progress"])):
+        out = tmp_path / f"{len(runs)}"
+        assert main(["evaluate", source, *flags, "--json", f"{out}.json", "--episodes", f"{out}.jsonl", *extra]) == 0
+        captured = capsys.readouterr()
+        runs[source] = (json.loads(Path(f"{out}.json").read_text()), run_logs.read_jsonl(f"{out}.jsonl"), captured)
+    (folder, folder_episodes, folder_io), (hub, hub_episodes, hub_io) = runs[embedded_model], runs["embedded"]
+    assert folder["model"] != hub["model"] and folder["k"] == 2 and folder["overall"]["num_episodes"] == 4
+    assert folder["tasks"] == hub["tasks"]
+    assert [e["turns"][0]["response"] for e in folder_episodes] == [e["turns"][0]["response"] for e in hub_episodes]
+    # tqdm on stderr: "<env>/<split>", tasks done of total, the running Avg@k / Pass@k.
+    assert "textcraft/test" in folder_io.err and "2/2" in folder_io.err and "Avg@2=" in folder_io.err
+    assert "textcraft/test" not in hub_io.err
+    assert "| Avg@2 |" in folder_io.out
+
+
 # ---- one real training iteration: periodic evaluation, dashboard metrics, checkpoint ------
 
 BUDGET = dict(inference_engine="hf", max_model_len=1024, max_new_tokens=8, max_turns=1)
@@ -335,3 +359,34 @@ def test_evaluate_episodes_flag_is_refused_for_multiagent_envs(tmp_path, capsys)
     code = main(["evaluate", "embedded", "--env", "agentgym/tictactoe", "--episodes", str(out), "--no-progress"])
     assert code != 0 and not out.exists()
     assert "--episodes is for single-agent envs" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("evaluation_num_env_runners", [0, 1], ids=["training-runners", "evaluation-group"])
+def test_periodic_evaluation_on_remote_runners_in_a_tune_trial(ray_local, tmp_path, evaluation_num_env_runners):
+    """Through Tune (`rllib train file`), with a remote env runner: evaluation plays on it (0) or
+    on a separate evaluation runner group (1); either way it lands in the trial's result.json."""
+    import yaml
+
+    from rllib_agentgym.cli import main
+
+    spec = {"eval-remote": {
+        "run": "GRPO", "env": "agentgym/textcraft", "stop": {"training_iteration": 1},
+        "config": {**BUDGET, "group_size": 2, "tasks_per_iteration": 1, "log_trajectories": 0, "seed": 0,
+                   # Half a CPU each: the trial, its runner and its evaluation runner fit the 2-CPU test cluster.
+                   "num_env_runners": 1, "num_cpus_per_env_runner": 0.5,
+                   "evaluation_interval": 1, "evaluation_num_env_runners": evaluation_num_env_runners,
+                   "evaluation_num_tasks": 3, "evaluation_config": {"max_turns": 2}},
+    }}
+    path = tmp_path / "eval.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "-v", "0"]) == 0
+    (result_file,) = list((tmp_path / "out" / "eval-remote").glob("GRPO_*/result.json"))
+    (row,) = [json.loads(line) for line in result_file.read_text().splitlines() if line.strip()]
+    ev = row["evaluation"]["env_runners"]
+    assert ev["num_tasks"] == 3 and ev["num_episodes"] == 3 and ev["horizon"] == 2
+    assert ev["num_dropped_episodes"] == 0 and 0.0 <= ev["success_rate"] <= 1.0
+    assert row["env_runners"]["horizon"] == 1 and row["env_runners"]["num_episodes"] == 2
+    assert row["config"]["evaluation_num_env_runners"] == evaluation_num_env_runners
+    # RLlib reports the evaluation group's health only when there is a separate group.
+    assert row["evaluation"].get("num_healthy_workers") == (1 if evaluation_num_env_runners else None)
