@@ -1,10 +1,12 @@
-"""Bad input to an env server (TextCraft's): explicit cases, concurrency, and a fuzz run.
+"""Bad input to the env servers (TextCraft's, BabyAI's, Deep Search's) and to Deep
+Search's retriever service: explicit cases, concurrency, and fuzz runs.
 
 Every bad request gets a clear 4xx JSON error {"error": ...}; the server stays
-up and other sessions are unaffected. The fuzz test draws requests from the
-server's own OpenAPI document (its routes, parameters and body schemas) and
-mixes in what the schema does not allow: wrong types, huge and negative ids,
-arbitrary JSON, raw bytes that are not UTF-8, unknown routes and methods.
+up and other sessions are unaffected. The fuzz tests draw requests from each
+server's own OpenAPI document (its routes, the family's extra routes,
+parameters and body schemas) and mix in what the schema does not allow: wrong
+types, huge and negative ids, arbitrary JSON, raw bytes that are not UTF-8,
+unknown routes and methods. Runs are derandomized and bounded in size.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
 
 import httpx
 import pytest
@@ -23,21 +27,63 @@ from loopback import serve_in_thread
 
 from envs.common.env import StepResult
 from envs.common.server import MAX_ACTION_CHARS, MAX_BODY_BYTES
+from envs.babyai.server import create_app as babyai_app
 from envs.common.server import create_app as create_server_app
-from envs.textcraft.server import create_app
+from envs.searchqa.server import create_app as searchqa_app
+from envs.textcraft.server import create_app as textcraft_app
 
 FUZZ_SESSIONS = 3
 JSON = {"content-type": "application/json"}
 
 
-@pytest.fixture(scope="module")
-def server():
-    """A TextCraft app with fuzz-target sessions and one control session no request names."""
-    app = create_app()
+@dataclass(frozen=True)
+class Family:
+    """What the tests need to know of one env server app."""
+
+    create_app: Callable
+    actions: tuple[str, ...]  # well-formed actions, mixed into the fuzzed ones
+    extra_routes: tuple[str, ...]  # the family's GET /<extra>?id=N routes
+    options: dict = field(default_factory=dict)  # /create options the fuzzer fills: name -> JSON-schema type
+    bad_create_bodies: tuple[dict, ...] = ()  # /create bodies the family rejects (422): options, tasks
+    fuzz_examples: int = 150
+
+
+FAMILIES = {
+    "textcraft": Family(
+        textcraft_app,
+        ("inventory", "get 1 oak log", "craft 4 oak planks using 1 oak log", ""),
+        ("commands", "goal"),
+        options={"max_distractors": "integer"},
+        bad_create_bodies=({"max_distractors": "many"}, {"max_distractors": -1}, {"max_distractors": float("inf")}),
+        fuzz_examples=300,
+    ),
+    "babyai": Family(
+        babyai_app,
+        ("turn left", "move forward", "go to blue key 1", "pickup blue key 1", "check available actions", ""),
+        ("goal", "actions"),
+        bad_create_bodies=({"data_idx": -1},),  # any id >= 0 is a task (level, seed); TextCraft's wrap around
+    ),
+    "searchqa": Family(
+        searchqa_app,
+        ("<search>capital</search>", "<think>hm</think><answer>1714</answer>", "<answer></answer>", ""),
+        (),
+        # Not world_seed or bm25_backend: each new value builds (and caches) a world index or compiles numba.
+        options={"topk": "integer", "end_on_wrong_answer": "boolean", "retrieval": "string"},
+        bad_create_bodies=({"topk": "many"}, {"topk": 0}, {"topk": 10**30}, {"retrieval": "nope"},
+                     {"qa_dir": "/no/such/dir"}, {"corpus": "/no/such/corpus.jsonl"}, {"data_idx": 5000}),
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def server(request):
+    """One family's app with fuzz-target sessions and one control session no request names."""
+    family = FAMILIES[request.param]
+    app = family.create_app()
     with TestClient(app, raise_server_exceptions=False) as client:
         control = client.post("/create", json={"data_idx": 3}).json()
         ids = [client.post("/create", json={"data_idx": i}).json()["id"] for i in range(FUZZ_SESSIONS)]
-        yield app, client, control, ids
+        yield app, client, control, ids, family
 
 
 def assert_clear_error(response: httpx.Response, status: int | tuple[int, ...]) -> None:
@@ -55,7 +101,7 @@ def assert_control_session_unaffected(client: TestClient, control: dict) -> None
 # ---- explicit bad input ------------------------------------------------------------------
 
 def test_each_kind_of_bad_input_gets_a_clear_4xx_json_error(server):
-    app, client, control, ids = server
+    app, client, control, ids, family = server
     live = ids[0]
     client.post("/reset", json={"id": live, "data_idx": 0})
     closed = client.post("/create").json()["id"]
@@ -81,36 +127,50 @@ def test_each_kind_of_bad_input_gets_a_clear_4xx_json_error(server):
         (422, "POST", "/create", {"content": b"\xff\xfe", "headers": JSON}),
         (422, "POST", "/create", {"json": ["a", "list"]}),
         (422, "POST", "/create", {"json": {"data_idx": "three"}}),
-        (422, "POST", "/create", {"json": {"max_distractors": "many"}}),
         (422, "POST", "/create", {"json": {"no_such_option": 1}}),
         (404, "GET", "/tasks", {"params": {"split": "nope"}}),
         (404, "GET", "/no/such/route", {}),
         (405, "DELETE", "/step", {}),
     ]
+    cases += [(422, "POST", "/create", {"content": json.dumps(options).encode(), "headers": JSON})
+              for options in family.bad_create_bodies]  # json.dumps: Infinity is JSON that Python reads
+    for route in family.extra_routes:
+        cases += [
+            (404, "GET", f"/{route}", {"params": {"id": closed}}),
+            (422, "GET", f"/{route}", {"params": {"id": "abc"}}),
+            (422, "GET", f"/{route}", {}),
+            (405, "POST", f"/{route}", {"json": {"id": live}}),
+        ]
     for status, method, path, kwargs in cases:
         assert_clear_error(client.request(method, path, **kwargs), status)
     assert len(app.state.sessions) == 1 + FUZZ_SESSIONS  # no half-made session left behind
-    assert client.post("/step", json={"id": live, "action": "inventory"}).status_code == 200
+    # A huge action within the limit is just an action the env answers.
+    huge = client.post("/step", json={"id": live, "action": family.actions[0] + " " + "x" * (MAX_ACTION_CHARS - 100)})
+    assert huge.status_code == 200 and isinstance(huge.json()["observation"], str)
+    for action in family.actions:
+        assert client.post("/step", json={"id": live, "action": action}).status_code == 200
+    for route in family.extra_routes:
+        assert client.get(f"/{route}", params={"id": live}).status_code == 200
     assert_control_session_unaffected(client, control)
 
 
 def test_a_session_serves_one_call_at_a_time(server):
-    app, client, control, ids = server
+    app, client, control, ids, family = server
     target = ids[1]
     client.post("/reset", json={"id": target, "data_idx": 0})
     # While one call holds the session, another gets 409 at once (it does not queue behind it).
     session = app.state.sessions.get(target)
     with session.lock:
         for method, path, kwargs in [
-            ("POST", "/step", {"json": {"id": target, "action": "inventory"}}),
+            ("POST", "/step", {"json": {"id": target, "action": family.actions[0]}}),
             ("POST", "/reset", {"json": {"id": target, "data_idx": 1}}),
             ("GET", "/observation", {"params": {"id": target}}),
-            ("GET", "/commands", {"params": {"id": target}}),
+            *[("GET", f"/{route}", {"params": {"id": target}}) for route in family.extra_routes],
         ]:
             response = client.request(method, path, **kwargs)
             assert_clear_error(response, 409)
             assert "busy" in response.json()["error"]
-    assert client.post("/step", json={"id": target, "action": "inventory"}).status_code == 200
+    assert client.post("/step", json={"id": target, "action": family.actions[0]}).status_code == 200
     assert_control_session_unaffected(client, control)
 
 
@@ -166,8 +226,9 @@ def test_concurrent_calls_on_one_session_never_interleave():
         assert http.post("/step", json={"id": other, "action": "go"}).json()["observation"] == "step 1"
 
 
-def test_shutdown_closes_every_open_session():
-    app = create_app()
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_shutdown_closes_every_open_session(name):
+    app = FAMILIES[name].create_app()
     with TestClient(app) as client:
         for i in range(3):
             client.post("/create", json={"data_idx": i})
@@ -204,7 +265,7 @@ json_values = st.recursive(
 )
 
 
-def _value_for(name: str, spec: dict | None, ids: list[int]) -> st.SearchStrategy:
+def _value_for(name: str, spec: dict | None, ids: list[int], actions: tuple[str, ...] = ()) -> st.SearchStrategy:
     """Schema-typed values, their edges, and values of the wrong type."""
     kind = (spec or {}).get("type")
     if name == "id":
@@ -212,15 +273,20 @@ def _value_for(name: str, spec: dict | None, ids: list[int]) -> st.SearchStrateg
     elif kind == "integer":
         typed = st.integers(min_value=-5, max_value=700) | st.integers()
     elif kind == "string":
-        typed = st.text() | st.sampled_from(["inventory", "get 1 oak log", "craft 4 oak planks using 1 oak log", ""])
+        typed = st.text() | st.sampled_from([*actions, ""])
+    elif kind == "boolean":
+        typed = st.booleans()
+    elif kind == "array":
+        typed = st.lists(st.text(max_size=30) | st.sampled_from([*actions, ""]), max_size=5)
     else:
         typed = json_values
     return typed | json_values
 
 
 @st.composite
-def requests(draw, ops, ids):
-    """(method, path, httpx kwargs) for one request."""
+def requests(draw, ops, ids, actions=(), create_options=None):
+    """(method, path, httpx kwargs) for one request. `create_options` (name -> JSON-schema
+    type) are the env options a POST /create body may carry (that route has no body schema)."""
     choice = draw(st.integers(0, len(ops)))
     if choice == len(ops):  # a route or method the server does not have
         method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]))
@@ -235,11 +301,12 @@ def requests(draw, ops, ids):
             if draw(st.integers(0, 3))  # now and then a required parameter is missing
         }
     if method == "POST":
-        schema = op["body"] or {"properties": {"data_idx": {"type": "integer"}}}
+        options = {"data_idx": "integer", **(create_options or {})}
+        schema = op["body"] or {"properties": {name: {"type": kind} for name, kind in options.items()}}
         form = draw(st.sampled_from(["schema", "json", "bytes"]))
         if form == "schema":
             props = schema.get("properties", {})
-            body = {k: draw(_value_for(k, v, ids)) for k, v in props.items() if draw(st.integers(0, 4))}
+            body = {k: draw(_value_for(k, v, ids, actions)) for k, v in props.items() if draw(st.integers(0, 4))}
             kwargs.update(content=json.dumps(body).encode(), headers=JSON)
         elif form == "json":
             kwargs.update(content=json.dumps(draw(json_values)).encode(), headers=JSON)
@@ -248,17 +315,13 @@ def requests(draw, ops, ids):
     return method, path, kwargs
 
 
-def test_fuzzed_requests_never_break_the_server(server):
-    app, client, control, ids = server
-    ops = _operations(app)
-    assert {(m, p) for m, p, _ in ops} >= {("POST", "/create"), ("POST", "/reset"), ("POST", "/step"),
-                                           ("GET", "/observation"), ("POST", "/close")}
-    for i in ids:  # the fuzz sessions start with a task
-        client.post("/reset", json={"id": i, "data_idx": 0})
+def fuzz(client: TestClient, strategy: st.SearchStrategy, max_examples: int) -> None:
+    """Send `max_examples` drawn requests (the same ones every run): none may get a 5xx or a
+    non-JSON reply, and every error is {"error": "<text>"}."""
 
-    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(requests(ops, ids))
+    @given(strategy)
     def one_request(request):
         method, path, kwargs = request
         response = client.request(method, path, **kwargs)
@@ -268,4 +331,71 @@ def test_fuzzed_requests_never_break_the_server(server):
             assert isinstance(body, dict) and isinstance(body.get("error"), str), body
 
     one_request()
+
+
+def test_fuzzed_requests_never_break_the_server(server):
+    app, client, control, ids, family = server
+    ops = _operations(app)
+    routes = {(m, p) for m, p, _ in ops}
+    assert routes >= {("POST", "/create"), ("POST", "/reset"), ("POST", "/step"), ("GET", "/observation"),
+                      ("POST", "/close"), ("GET", "/tasks"), *(("GET", f"/{r}") for r in family.extra_routes)}
+    for i in ids:  # the fuzz sessions start with a task
+        client.post("/reset", json={"id": i, "data_idx": 0})
+    fuzz(client, requests(ops, ids, family.actions, family.options), family.fuzz_examples)
     assert_control_session_unaffected(client, control)
+
+
+# ---- Deep Search's retriever service -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def retriever():
+    """The retriever service over the generated world (BM25), as `python -m envs.searchqa.retriever` serves it."""
+    from envs.searchqa.retrieval import build_retriever
+    from envs.searchqa.retriever import create_retriever_app
+
+    app = create_retriever_app(build_retriever(None, bm25_backend="numpy"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield app, client
+
+
+def _retriever_up(client: TestClient) -> None:
+    assert client.get("/health").json()["status"] == "ok"
+    hits = client.post("/retrieve", json={"queries": ["capital"], "topk": 2}).json()["results"]
+    assert len(hits) == 1 and len(hits[0]) == 2 and all(isinstance(h["text"], str) for h in hits[0])
+
+
+def test_retriever_answers_bad_input_with_clear_4xx_json_errors(retriever):
+    from envs.searchqa.retriever import MAX_QUERIES, MAX_TOPK
+
+    _, client = retriever
+    cases = [
+        (422, "POST", "/retrieve", {"content": b"\xff\xfe", "headers": JSON}),
+        (400, "POST", "/retrieve", {"content": b'{"queries": ["\xff"]}', "headers": JSON}),
+        (422, "POST", "/retrieve", {"content": b'{"queries": ["capi', "headers": JSON}),
+        (422, "POST", "/retrieve", {"json": {"queries": "capital"}}),
+        (422, "POST", "/retrieve", {"json": {"queries": [1, 2]}}),
+        (422, "POST", "/retrieve", {"json": {"topk": 2}}),
+        (422, "POST", "/retrieve", {"json": {"queries": ["a"], "topk": 0}}),
+        (422, "POST", "/retrieve", {"json": {"queries": ["a"], "topk": MAX_TOPK + 1}}),
+        (422, "POST", "/retrieve", {"json": {"queries": ["a"], "topk": 10**30}}),
+        (422, "POST", "/retrieve", {"json": {"queries": ["a"] * (MAX_QUERIES + 1)}}),
+        (404, "GET", "/no/such/route", {}),
+        (405, "GET", "/retrieve", {}),
+        (405, "DELETE", "/health", {}),
+    ]
+    for status, method, path, kwargs in cases:
+        assert_clear_error(client.request(method, path, **kwargs), status)
+    # Odd but well-formed queries are searched, not refused: empty, huge, a lone surrogate.
+    for body in [{"queries": [""]}, {"queries": ["capital " * 20_000]}, b'{"queries": ["\\ud800"]}']:
+        sent = {"content": body, "headers": JSON} if isinstance(body, bytes) else {"json": body}
+        reply = client.post("/retrieve", **sent)
+        assert reply.status_code == 200 and len(reply.json()["results"]) == 1
+    _retriever_up(client)
+
+
+def test_fuzzed_requests_never_break_the_retriever(retriever):
+    app, client = retriever
+    ops = _operations(app)
+    assert {(m, p) for m, p, _ in ops} >= {("POST", "/retrieve"), ("GET", "/health")}
+    fuzz(client, requests(ops, [], ("capital", "founded", "<search>capital</search>")), 150)
+    _retriever_up(client)

@@ -232,7 +232,7 @@ def create_app(
         try:
             # Engine start-up (a JVM, a browser) blocks: keep it off the event loop.
             env_id, session = await run_in_threadpool(sessions.create, options)
-        except (TypeError, ValueError) as exc:  # unknown or mistyped env option
+        except (TypeError, ValueError, OverflowError) as exc:  # unknown or mistyped env option (int(inf))
             raise EnvError(422, f"bad env options: {exc}") from None
         reply: dict[str, Any] = {"id": env_id}
         if data_idx is not None:

@@ -43,7 +43,13 @@ class TextCraftEnv:
     """One TextCraft session (the env contract of `envs.common.env`)."""
 
     def __init__(self, max_distractors: int = 10):
-        self.max_distractors = int(max_distractors)
+        # Bad option values are ValueErrors: the server answers them with 422.
+        try:
+            self.max_distractors = int(max_distractors)
+        except OverflowError:  # int(inf)
+            raise ValueError(f"max_distractors must be a whole number, got {max_distractors!r}") from None
+        if self.max_distractors < 0:
+            raise ValueError(f"max_distractors must be >= 0, got {max_distractors!r}")
         self._book: RecipeBook = load_recipe_book()
         self._task: Task | None = None
         self._inventory: dict[str, int] = {}
