@@ -1,4 +1,4 @@
-"""`rllib train`: the classic YAML and flags, and its one-line errors."""
+"""`rllib train`: the classic YAML and flags, and its one-line errors; `rllib plot` and `rllib view`."""
 
 from __future__ import annotations
 
@@ -130,3 +130,62 @@ def test_installed_rllib_command_trains_grpo_from_flags(embedded_model, tmp_path
     assert last["training_iteration"] == 1
     assert last["env_runners"]["num_episodes"] == 2  # one task, a group of two
     assert not (Path.home() / "ray_results" / name).exists()  # --storage-path, not ~/ray_results
+
+
+# ---- `rllib plot` and `rllib view` on a run directory -------------------------------------
+
+def test_rllib_plot_writes_the_curves_as_png(tmp_path, capsys):
+    from PIL import Image
+    from synthetic_run import make_run_dir
+
+    from rllib_agentgym.plotting import COMBINED_NAME
+    from rllib_agentgym.run_logs import CURVES
+
+    trial = make_run_dir(tmp_path / "run" / "GRPO_textcraft_00000", num_iterations=3)
+    assert main(["plot", str(tmp_path / "run")]) == 0
+    expected = [trial.parent / "plots" / f"{name}.png" for name in CURVES] + [trial.parent / "plots" / COMBINED_NAME]
+    assert capsys.readouterr().out.split() == [str(p) for p in expected]  # default out: RUN_DIR/plots
+    for path in expected:
+        image = Image.open(path)
+        assert image.format == "PNG" and image.width > 300 and image.height > 200
+    assert main(["plot", str(tmp_path / "missing")]) == 2  # a one-line error, no traceback
+    assert "rllib: error:" in capsys.readouterr().err
+
+
+def test_rllib_view_serves_the_page_and_api_in_its_own_process(tmp_path):
+    """`rllib view RUN_DIR --port 0` in a subprocess: it prints its URL, serves the page and the
+    JSON API over the run's files, and stops on Ctrl-C (SIGINT)."""
+    import sys
+    import urllib.request
+
+    from synthetic_run import iteration_summaries, make_run_dir
+
+    make_run_dir(tmp_path / "run" / "GRPO_textcraft_00000", num_iterations=2)
+    proc = subprocess.Popen([sys.executable, "-m", "rllib_agentgym.cli", "view", str(tmp_path / "run"), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("Trajectory viewer for ") and " at http://127.0.0.1:" in line, line
+        url = line.split(" at ", 1)[1].split()[0]
+
+        with urllib.request.urlopen(url, timeout=10) as page:
+            html = page.read().decode()
+        assert page.status == 200 and "<html" in html.lower() and 'id="trajectories"' in html
+
+        def api(path: str):
+            with urllib.request.urlopen(url + "api/" + path, timeout=10) as reply:
+                return json.load(reply)
+
+        assert [t["name"] for t in api("trials")] == ["GRPO_textcraft_00000"]
+        listed = api("trajectories?iteration=2")
+        assert listed["total"] == len(iteration_summaries(2))
+        assert sorted(r["data_idx"] for r in listed["trajectories"]) == sorted(s["data_idx"] for s in iteration_summaries(2))
+        assert api("metrics")["series"]["training_iteration"] == [1, 2]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0

@@ -90,6 +90,28 @@ def test_optuna_search_with_asha_runs_two_trials(ray_local, tmp_path):
         assert text.startswith("**textcraft task ") and "#### Turn 1" in text and "Crafting commands:" in text
     assert len(set(configs)) == 2  # two distinct proposals
 
+    # The real run dir through `rllib plot` and the trajectory viewer's API.
+    import urllib.request
+
+    from rllib_agentgym.cli import main as rllib
+    from rllib_agentgym.viewer import serve
+
+    experiment = tmp_path / "textcraft-grpo-search"
+    assert rllib(["plot", str(experiment), "--out", str(tmp_path / "plots")]) == 0
+    assert (tmp_path / "plots" / "curves.png").stat().st_size > 2000 and (tmp_path / "plots" / "reward.png").is_file()
+    server, url = serve(experiment)
+    try:
+        with urllib.request.urlopen(url + "api/trials", timeout=10) as reply:
+            assert {t["name"] for t in json.load(reply)} == {t.name for t in trials}
+        for trial, (_, _, group_size) in zip(trials, configs):
+            with urllib.request.urlopen(f"{url}api/trajectories?trial={trial.name}", timeout=10) as reply:
+                listed = json.load(reply)
+            num_iterations = len((trial / "result.json").read_text().splitlines())
+            assert listed["total"] == group_size * num_iterations  # every episode (fewer than log_trajectories)
+            assert {r["env"] for r in listed["trajectories"]} == {"textcraft"}
+    finally:
+        server.stop()
+
 
 @pytest.mark.slow
 def test_yaml_search_spaces_run_end_to_end(ray_local, tmp_path):
