@@ -163,6 +163,8 @@ def wait_for_rows(page, n: int) -> None:
 
 
 def test_page_renders_and_filters_in_chromium(viewer, tmp_path):
+    """The page in headless Chromium: iterations, curves, a trajectory's turns side by side, and
+    every filter (category, task, iteration, reward range) narrowing the list exactly."""
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium is not installed (apt-get install chromium)")
@@ -218,6 +220,26 @@ def test_page_renders_and_filters_in_chromium(viewer, tmp_path):
             shot = tmp_path / "viewer.png"
             page.screenshot(path=str(shot))
             table = page.locator("#list-panel").bounding_box()
+
+            # Clear, then the iteration and reward filters: exactly the matching rows again.
+            page.click("#f-clear")
+            wait_for_rows(page, len(all_summaries()))
+            page.select_option("#f-iteration", "1")
+            first_iteration = all_summaries((1,))
+            wait_for_rows(page, len(first_iteration))
+            assert set(page.locator("#trajectories tbody tr td:nth-child(1)").all_inner_texts()) == {"1"}
+            page.fill("#f-min", "0.1")
+            page.fill("#f-max", "0.5")
+            partial = [s for s in first_iteration if 0.1 <= s["reward"] <= 0.5]
+            assert partial and len(partial) < len(first_iteration)
+            wait_for_rows(page, len(partial))
+            shown = [float(r) for r in page.locator("#trajectories tbody tr td:nth-child(4)").all_inner_texts()]
+            assert sorted(shown) == sorted(s["reward"] for s in partial)
+            page.fill("#f-max", "")
+            page.fill("#f-min", "1")  # as many rows as before (2), so wait for the rewards to change
+            page.wait_for_function("() => [...document.querySelectorAll('#trajectories tbody tr td:nth-child(4)')]"
+                                   ".every(td => Number(td.textContent) >= 1)")
+            wait_for_rows(page, sum(s["reward"] >= 1 for s in first_iteration))
         finally:
             browser.close()
     assert not errors, errors
