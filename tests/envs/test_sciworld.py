@@ -461,6 +461,36 @@ def test_closing_envs_leaves_no_jvm_behind(client):
     assert all(e.jvm_pid is None for e in envs)
 
 
+def test_closed_sessions_give_back_the_server_processs_file_descriptors():
+    """Each session holds sockets and pipes to its JVM; closing it frees them (and the JVM)."""
+    from rllib_agentgym.envs.client import LocalEnvServer
+
+    server = LocalEnvServer("envs.sciworld")
+    proc = psutil.Process(server.pid)
+    try:
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+
+            def open_sessions(n: int) -> list[int]:
+                ids = [http.post("/create", json={"data_idx": i}).json()["id"] for i in range(n)]
+                for env_id in ids:
+                    assert http.post("/step", json={"id": env_id, "action": "look around"}).status_code == 200
+                return ids
+
+            for env_id in open_sessions(1):  # warm-up: imports, the thread pool, the kept-alive connection
+                http.post("/close", json={"id": env_id})
+            baseline = proc.num_fds()
+            ids = open_sessions(2)
+            jvms = {p.pid for p in proc.children(recursive=True) if p.name().startswith("java")}
+            assert len(jvms) == 2 and proc.num_fds() > baseline  # the count sees what sessions hold
+            for env_id in ids:
+                assert http.post("/close", json={"id": env_id}).json() is True
+            assert http.get("/health").json()["sessions"] == 0
+        assert not _wait_gone(jvms)
+        assert proc.num_fds() <= baseline + 1  # one fd of slack: the client's socket may close late
+    finally:
+        server.stop()
+
+
 def test_module_serves_on_a_free_port_and_stops_its_jvms():
     proc = subprocess.Popen([sys.executable, "-m", "envs.sciworld", "--port", "0"], stdout=subprocess.PIPE, text=True)
     try:
