@@ -601,3 +601,57 @@ def test_resumed_run_continues_exactly_like_an_uninterrupted_one(ray_local, embe
     assert weights.keys() == expected_weights.keys()
     for name in weights:
         np.testing.assert_array_equal(weights[name], expected_weights[name], err_msg=name)
+
+
+@pytest.mark.slow  # two vLLM engines and five GRPO iterations: ~1-2 min on a loaded 2-core machine
+def test_run_resumed_at_a_later_iteration_on_vllm_continues_like_an_uninterrupted_one(
+        ray_local, embedded_model, tmp_path, no_home_results):
+    """Stopped after iteration 2 and restored, a run on the vLLM engine (the default) plays
+    iteration 3 exactly as the uninterrupted run does: the iteration count, the schedule's
+    horizon h(2) = 3, the optimizer state, the task draw and group ids, and (vLLM's per-request
+    seeds on the same restored weights) the sampled tokens, rewards and updated parameters."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    config = _tiny_grpo().llm(inference_engine="vllm", tasks_per_iteration=2)
+    algo = config.build_algo()
+    try:
+        algo.train()
+        algo.train()
+        checkpoint = algo.save_to_path(str(tmp_path / "checkpoint"))
+        weights_at_save, optimizer_at_save = _weights(algo), _optimizer_tensors(algo)
+        seen = _capture_rollouts(algo)
+        uninterrupted = algo.train()
+        expected_rollout, expected_weights = seen[0], _weights(algo)
+    finally:
+        algo.stop()
+
+    resumed = Algorithm.from_checkpoint(checkpoint)
+    try:
+        assert resumed.iteration == 2
+        runner = resumed.env_runner_group.local_env_runner
+        assert runner.get_max_turns() == 3 and runner.config.inference_engine == "vllm"
+        for a, b in zip(_optimizer_tensors(resumed), optimizer_at_save, strict=True):
+            np.testing.assert_array_equal(a, b)
+        for name, value in _weights(resumed).items():
+            np.testing.assert_array_equal(value, weights_at_save[name], err_msg=name)
+        seen = _capture_rollouts(resumed)
+        result = resumed.train()
+        rollout, weights = seen[0], _weights(resumed)
+    finally:
+        resumed.stop()
+
+    assert result["training_iteration"] == uninterrupted["training_iteration"] == 3
+    assert result["env_runners"]["horizon"] == uninterrupted["env_runners"]["horizon"] == 3
+    assert max(t.num_turns for t in rollout.trajectories) == 3
+    # The same draw (tasks, group ids), the same sampled tokens and rewards ...
+    assert [(t.data_idx, t.group_id) for t in rollout.trajectories] == [
+        (t.data_idx, t.group_id) for t in expected_rollout.trajectories
+    ]
+    assert [(t.token_ids, t.reward) for t in rollout.trajectories] == [
+        (t.token_ids, t.reward) for t in expected_rollout.trajectories
+    ]
+    # ... and the same parameters after the update.
+    assert weights.keys() == expected_weights.keys() and any(
+        not np.array_equal(weights[k], weights_at_save[k]) for k in weights)
+    for name in weights:
+        np.testing.assert_array_equal(weights[name], expected_weights[name], err_msg=name)
