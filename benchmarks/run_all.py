@@ -41,6 +41,8 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     # Dense retrieval's cost with a random-init encoder of e5-small-v2's shape (no weights to download).
     "searchqa_dense": ("searchqa_retrieval.py", ["--random-encoder", "12x384", "--skip-bm25", "--scale", "1", "--max-queries", "512"],
                        ["--random-encoder", "2x128", "--skip-bm25", "--scale", "0.3", "--max-queries", "128"]),
+    # Exits 1 after writing its JSON when a process grew too much: its row shows that verdict.
+    "soak": ("soak.py", [], ["--iterations", "12", "--warmup", "4", "--window", "2"]),
 }
 
 
@@ -162,6 +164,17 @@ def _retrieval_rows(r: dict) -> list[Row]:
     return rows
 
 
+def _soak_rows(r: dict) -> list[Row]:
+    """Resident memory growth after warm-up, per process (driver, env runners, env servers)."""
+    s = r["settings"]
+    rows = []
+    for process, pct in r["growth_after_warmup_pct"].items():
+        rows.append(("soak", f"RSS growth of {process}, iterations {s['warmup'] + 1}-{s['iterations']} ({s['engine']})",
+                     f"{pct:+.2f}%", f"{_fmt(r['rss_mb_first'].get(process))} -> {_fmt(r['rss_mb_last'].get(process))} MB",
+                     "", f"< {_fmt(s['max_growth'])}%: {_fmt(pct < s['max_growth'])}"))
+    return rows
+
+
 ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "rollout": _rollout_rows,
     "learner": _learner_rows,
@@ -171,6 +184,7 @@ ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "scaling": _scaling_rows,
     "searchqa_retrieval": _retrieval_rows,
     "searchqa_dense": _retrieval_rows,
+    "soak": _soak_rows,
 }
 
 
@@ -202,11 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.extend(ROWS[name](results[name]))
             continue
         cmd = [sys.executable, str(HERE / script), *(quick_args if args.quick else default_args), "--out", str(out)]
+        out.unlink(missing_ok=True)  # a result left by an earlier run must not pass for this one's
         print(f"== {name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         elapsed = time.perf_counter() - t0
-        if proc.returncode != 0 or not out.exists():
+        if not out.exists():  # it failed before writing its result
             error = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             results[name] = {"error": error, "returncode": proc.returncode}
             rows.append((name, "FAILED", error[:120], "", "", ""))
@@ -223,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = {"meta": meta(__file__, argv), "table": [dict(zip(keys, r)) for r in rows], "results": results}
     (out_dir / "run_all.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     print(f"\nJSON: {out_dir / 'run_all.json'}", file=sys.stderr)
-    return 0 if all("error" not in r for r in results.values()) else 1
+    return 0 if all("error" not in r and r.get("passed", True) for r in results.values()) else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Soak: many GRPO iterations, resident memory of every process over time.
 
-    python benchmarks/soak.py                                   # 40 iterations, CPU, embedded model
-    python benchmarks/soak.py --iterations 300 --engine vllm --env-runners 2 --out soak.json
+    python benchmarks/soak.py                                   # 40 iterations, vLLM, embedded model
+    python benchmarks/soak.py --iterations 300 --env-runners 2 --out soak.json
+    python benchmarks/soak.py --engine hf                       # where vLLM is not installed
 
 Runs full training iterations (rollouts on TextCraft through a local env
 server each runner launches, learner update, weight sync) and, after each,
@@ -15,7 +16,8 @@ after `--warmup` iterations with the median of the last `--window`; the run
 passes when every process grew less than `--max-growth` percent. Prints one
 JSON object (with the machine and versions, see benchmarks/common.py); the
 exit status is 1 when a process grew too much. Writes only under a temp dir.
-Not run by the tests.
+The inference engine defaults to vLLM, as in training (the tuned examples).
+`benchmarks/run_all.py` runs it as its `soak` row.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-growth", type=float, default=5.0, help="percent; above it the run fails")
     parser.add_argument("--env", default="textcraft")
     parser.add_argument("--model", default="embedded")
-    parser.add_argument("--engine", default="hf", choices=["hf", "vllm", "auto"])
+    parser.add_argument("--engine", default="vllm", choices=["hf", "vllm", "auto"])
     parser.add_argument("--env-runners", type=int, default=1, help="remote env runner actors (0: in the driver)")
     parser.add_argument("--tasks", type=int, default=2, help="tasks per iteration")
     parser.add_argument("--group-size", type=int, default=4)
@@ -172,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     passed = all(g < args.max_growth for g in growth_pct.values())
     emit({
         "benchmark": "soak",
-        "meta": meta(),
+        "meta": meta(__file__, argv),
         "settings": {**vars(args), **threads},
         "growth_after_warmup_pct": growth_pct,
         "passed": passed,

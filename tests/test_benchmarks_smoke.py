@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.env_servers import main
 
 
@@ -218,3 +220,30 @@ def test_webarena_step_latency_benchmark_runs_the_expert_in_chromium():
     assert len(report["tasks"]) == 2 and inproc["episodes"] == 2 and inproc["solved"] == 2
     assert "stop" in inproc["by_action"] and inproc["step"]["n"] == sum(a["n"] for a in inproc["by_action"].values())
     assert 0 < inproc["step"]["p50_ms"] <= inproc["step"]["p90_ms"] and inproc["observation_only"]["n"] == 20
+
+
+@pytest.mark.slow  # its own Ray cluster, a GRPO algorithm on vLLM and 3 iterations: ~30 s idle, ~70 s loaded
+def test_soak_benchmark_json_shape_and_rows(tmp_path):
+    """benchmarks/soak.py end to end at tiny counts, in its own process (it starts and stops its
+    own Ray); run_all turns its JSON into one table row per process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchmarks.run_all import BENCHMARKS, ROWS
+
+    assert BENCHMARKS["soak"][0] == "soak.py"
+    out = tmp_path / "soak.json"
+    subprocess.run([sys.executable, "benchmarks/soak.py", "--iterations", "3", "--warmup", "1", "--window", "1",
+                    "--env-runners", "0", "--tasks", "1", "--group-size", "2", "--max-turns", "1",
+                    "--max-new-tokens", "4", "--max-model-len", "1024", "--out", str(out)],
+                   cwd=Path(__file__).resolve().parents[1], check=True, stdout=subprocess.DEVNULL, timeout=600)
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "soak" and result["settings"]["engine"] == "vllm"  # the default, as in training
+    assert [s["iteration"] for s in result["samples"]] == [1, 2, 3]
+    assert all(s["episodes"] == 2 and s["dropped"] == 0 for s in result["samples"])
+    assert {"driver", "server_0"} <= set(result["growth_after_warmup_pct"])  # the local runner is the driver
+    assert result["meta"]["command"].startswith("python benchmarks/soak.py")
+    rows = ROWS["soak"](result)
+    assert [r[0] for r in rows] == ["soak"] * len(result["growth_after_warmup_pct"])
+    assert all(r[5].startswith("< 5%: ") for r in rows)
