@@ -10,7 +10,7 @@ records the resident set size (RSS) of
 - the driver (the algorithm and its local learner),
 - each env runner actor (its inference engine and env clients),
 - each env server (the `python -m envs.<family>` process and its children:
-  a JVM, a browser).
+  a JVM, a browser; with the `EnvServer` actor that owns it, when one does).
 Growth after warm-up compares the median of the first `--window` samples
 after `--warmup` iterations with the median of the last `--window`; the run
 passes when every process grew less than `--max-growth` percent. Prints one
@@ -62,37 +62,62 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def env_server_pids(parent_pid: int) -> list[int]:
-    """The `python -m envs.<family>` processes a runner started."""
+def _is_env_server(proc) -> bool:
+    """A `python -m envs.<family>` process."""
     import psutil
 
-    found = []
-    for child in psutil.Process(parent_pid).children(recursive=False):
+    try:
+        cmdline = proc.cmdline()
+    except psutil.Error:
+        return False
+    return "-m" in cmdline and any(arg.startswith("envs.") for arg in cmdline)
+
+
+def env_server_rows(driver: int, runners: dict[int, int]) -> dict[str, int]:
+    """RSS of every env server below the driver (this script's local Ray cluster runs there).
+
+    A server its runner started itself (runner pid -> index in `runners`) is `server_<index>`;
+    one owned by an `EnvServer` actor (`rllib_agentgym.envs.server_actor`) is
+    `server_actor_<k>`, k in pid order, and counts the actor's process with it.
+    """
+    import psutil
+
+    index_of = {pid: index for index, pid in runners.items()}
+    rows: dict[str, int] = {}
+    servers = sorted((p for p in psutil.Process(driver).children(recursive=True) if _is_env_server(p)),
+                     key=lambda p: p.pid)
+    owned = 0
+    for server in servers:
         try:
-            cmdline = child.cmdline()
+            parent = server.ppid()
         except psutil.NoSuchProcess:
             continue
-        if "-m" in cmdline and any(arg.startswith("envs.") for arg in cmdline):
-            found.append(child.pid)
-    return found
+        if parent in index_of:
+            key = f"server_{index_of[parent]}"
+            while key in rows:
+                key += "+"
+            rows[key] = tree_rss(server.pid)
+        else:
+            rows[f"server_actor_{owned}"] = tree_rss(parent)
+            owned += 1
+    return rows
 
 
 def snapshot(algo) -> dict[str, int]:
-    """RSS per process, keyed `driver`, `runner_<i>`, `server_<i>` (the server runner i started)."""
+    """RSS per process: `driver`, `runner_<i>`, and the env servers (see env_server_rows)."""
     import psutil
 
     driver = os.getpid()
     rows = {"driver": psutil.Process(driver).memory_info().rss}
     group = algo.env_runner_group
     if group.num_remote_env_runners():
-        runners = group.foreach_env_runner(lambda r: (r.worker_index, os.getpid()), local_env_runner=False)
+        runners = dict(group.foreach_env_runner(lambda r: (r.worker_index, os.getpid()), local_env_runner=False))
     else:
-        runners = [(0, driver)]  # the local runner lives in the driver
-    for index, pid in sorted(runners):
+        runners = {0: driver}  # the local runner lives in the driver
+    for index, pid in sorted(runners.items()):
         if pid != driver:
             rows[f"runner_{index}"] = psutil.Process(pid).memory_info().rss
-        for k, server in enumerate(env_server_pids(pid)):
-            rows[f"server_{index}" + (f"_{k}" if k else "")] = tree_rss(server)
+    rows.update(env_server_rows(driver, runners))
     return rows
 
 
