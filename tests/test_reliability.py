@@ -400,7 +400,10 @@ def no_home_results(tmp_path, monkeypatch):
     monkeypatch.setattr(trainable, "DEFAULT_STORAGE_PATH", str(tmp_path / "ray_results"))
 
 
-@pytest.mark.slow  # restarts a Ray actor process: ~50 s on a loaded 2-core machine
+# Slow: two runner actor processes start (each imports torch, transformers and RLlib and loads the
+# model) around a restart Ray performs; with the tiny hf config that is 75 s at load 8-10 here, and
+# no cheaper variant avoids those two starts.
+@pytest.mark.slow
 def test_killed_env_runner_is_restarted_and_the_iteration_completes(ray_local, embedded_model, no_home_results):
     server = LocalEnvServer("envs.textcraft")
     config = (
