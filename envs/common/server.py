@@ -11,6 +11,11 @@ Routes (AgentGym-compatible):
     GET  /tasks         ?split=train|test -> {"ids": [...]} (when the family has splits)
     GET  /<extra>       ?id=N -> per-family extras (e.g. TextCraft's /commands and /goal)
 
+A successful /reset or /step also carries `Server-Timing: app;dur=<ms>` (W3C
+Server Timing): the time the env call itself took in the server, so a client
+can split its round trip into the env's work and what HTTP adds (transport,
+JSON, routing).
+
 AgentGym answers a bad id with HTTP 200 and {"error": ...}; we are stricter,
 and every error body is JSON {"error": "..."}:
 
@@ -36,11 +41,12 @@ import json
 import logging
 import secrets
 import threading
+import time
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Protocol
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
@@ -155,6 +161,15 @@ class SessionTable:
                     session.lock.release()
 
 
+@contextmanager
+def _server_timing(response: Response | None) -> Iterator[None]:
+    """Time the block (the env call only) into the reply's `Server-Timing: app;dur=<ms>` header."""
+    start = time.perf_counter()
+    yield
+    if response is not None:
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1e3:.3f}"
+
+
 def _result_json(result: StepResult) -> dict[str, Any]:
     return {
         "observation": result.observation,
@@ -243,22 +258,23 @@ def create_app(
                 raise
         return reply
 
-    def _reset(session: _Session, env_id: int, data_idx: int) -> str:
+    def _reset(session: _Session, env_id: int, data_idx: int, response: Response | None = None) -> str:
         with session.serving(env_id, need_reset=False) as env:
             try:
-                obs = env.reset(data_idx)
+                with _server_timing(response):
+                    obs = env.reset(data_idx)
             except (IndexError, ValueError, KeyError, OverflowError) as exc:
                 raise EnvError(422, f"bad data_idx {data_idx}: {exc}") from None
             session.was_reset = True
             return obs
 
     @app.post("/reset")
-    def reset(body: ResetBody) -> dict[str, Any]:
-        obs = _reset(sessions.get(body.id), body.id, body.data_idx)
+    def reset(body: ResetBody, response: Response) -> dict[str, Any]:
+        obs = _reset(sessions.get(body.id), body.id, body.data_idx, response)
         return {"observation": obs, "reward": 0.0, "done": False, "info": {}}
 
     @app.post("/step")
-    def step(body: StepBody) -> dict[str, Any]:
+    def step(body: StepBody, response: Response) -> dict[str, Any]:
         if len(body.action) > MAX_ACTION_CHARS:
             raise EnvError(422, f"action longer than {MAX_ACTION_CHARS} characters")
         try:
@@ -266,7 +282,9 @@ def create_app(
         except UnicodeEncodeError as exc:  # a lone surrogate from a "\udXXX" escape
             raise EnvError(422, f"the action is not valid Unicode text: {exc}") from None
         with sessions.get(body.id).serving(body.id) as env:
-            return _result_json(env.step(body.action))
+            with _server_timing(response):
+                result = env.step(body.action)
+            return _result_json(result)
 
     @app.get("/observation")
     def observation(id: int) -> str:  # noqa: A002 - AgentGym's query name

@@ -22,6 +22,11 @@ AgentGym's (200 with {"error"}). It survives servers that die, hang or answer
   replaying the episode's actions; the replayed observations must equal the
   recorded ones, otherwise the episode is declared lost (`EnvFailure`). A
   step is never re-sent to a session that may already have executed it.
+
+`HTTPEnvClient.last_server_ms` is the env call's own time in the server for
+the last exchange, read from its `Server-Timing: app;dur=<ms>` header (our
+servers send it on /reset and /step; None without it): round trip minus it
+is what HTTP added.
 """
 
 from __future__ import annotations
@@ -217,6 +222,7 @@ class HTTPEnvClient:
         self._retry = retry
         self._http = httpx.Client(timeout=retry.timeout_s)
         self._id: int | None = None
+        self.last_server_ms: float | None = None  # see module doc
         # The episode so far, to rebuild a lost session: task, first observation, (action, observation).
         self._data_idx: int | None = None
         self._first_observation: str | None = None
@@ -230,10 +236,13 @@ class HTTPEnvClient:
 
     def _send(self, method: str, route: str, *, timeout: float | None = None, **kwargs) -> httpx.Response:
         url = self._url + route
+        self.last_server_ms = None
         try:
-            return self._http.request(method, url, timeout=timeout or self._retry.timeout_s, **kwargs)
+            response = self._http.request(method, url, timeout=timeout or self._retry.timeout_s, **kwargs)
         except httpx.HTTPError as exc:
             raise ServerFault(f"{method} {url}: {type(exc).__name__}: {exc}") from None
+        self.last_server_ms = server_timing_ms(response.headers.get("server-timing"))
+        return response
 
     def _request(self, method: str, route: str, *, timeout: float | None = None, **kwargs) -> Any:
         return _payload(self._send(method, route, timeout=timeout, **kwargs), f"{method} {self._url}{route}")
@@ -348,6 +357,23 @@ class HTTPEnvClient:
         self._id = None
         self._first_observation, self._trace = None, []
         self._http.close()
+
+
+def server_timing_ms(header: str | None, metric: str = "app") -> float | None:
+    """`dur` (ms) of `metric` in a Server-Timing header value ("app;dur=1.5, db;dur=0.2"); None when absent or malformed."""
+    for entry in (header or "").split(","):
+        name, *params = (part.strip() for part in entry.split(";"))
+        if name != metric:
+            continue
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "dur":
+                try:
+                    ms = float(value.strip().strip('"'))
+                except ValueError:
+                    return None
+                return ms if math.isfinite(ms) and ms >= 0 else None
+    return None
 
 
 def _payload(response: httpx.Response, where: str) -> Any:
