@@ -2,7 +2,7 @@
 
     python benchmarks/run_all.py                       # all, default sizes (~15-25 min on 2 busy cores,
                                                        # + ~25 min for searchqa_retrieval / searchqa_dense at load ~12)
-    python benchmarks/run_all.py --quick               # smaller counts, a few minutes
+    python benchmarks/run_all.py --quick               # smaller counts, a few minutes, into a temp dir
     python benchmarks/run_all.py --only rollout,learner --out-dir /tmp/bench
     python benchmarks/run_all.py --from-results       # the table again, from the JSON files
 
@@ -11,6 +11,15 @@ and writes `<out-dir>/<name>.json`; this script then writes
 `<out-dir>/run_all.json` (every result plus the table rows) and
 `<out-dir>/table.md`. A benchmark that fails is reported in the table with
 its error; the others still run.
+
+Where results go: a run at default sizes writes `benchmarks/results/latest/`,
+which is kept in git (each JSON carries its `meta`: machine, versions, exact
+command), so the latest measured numbers travel with the code; each such run
+overwrites the files of the benchmarks it ran, and its table and
+`run_all.json` also list the results of the other benchmarks already there
+(each with its own meta). `--quick` runs are smoke runs: unless `--out-dir`
+says otherwise they go to a new temp dir, never to `latest/`. Tests never
+call this script.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -28,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `pyt
 from benchmarks.common import ROOT, meta  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+LATEST = HERE / "results" / "latest"  # kept in git: the latest full-size results
 
 # name -> (script, default arguments, --quick arguments)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
@@ -200,25 +211,33 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def default_out_dir(quick: bool) -> Path:
+    """`results/latest/` for measurements at default sizes; a new temp dir for --quick smoke runs."""
+    return Path(tempfile.mkdtemp(prefix="bench-quick-")) if quick else LATEST
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset of: " + ", ".join(BENCHMARKS))
     parser.add_argument("--quick", action="store_true", help="smaller counts")
-    parser.add_argument("--out-dir", default=str(HERE / "results"))
+    parser.add_argument("--out-dir", default=None,
+                        help=f"default: {LATEST.relative_to(ROOT)} (kept in git); with --quick a new temp dir")
     parser.add_argument("--from-results", action="store_true", help="rebuild the table from the JSON already in --out-dir")
     args = parser.parse_args(argv)
-    out_dir = Path(args.out_dir)
+    selected = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in selected if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}: choose from {', '.join(BENCHMARKS)}")
+    out_dir = Path(args.out_dir) if args.out_dir else (LATEST if args.from_results else default_out_dir(args.quick))
     out_dir.mkdir(parents=True, exist_ok=True)
 
     results: dict[str, Any] = {}
-    rows: list[Row] = []
-    for name in [n.strip() for n in args.only.split(",") if n.strip()]:
+    for name in selected:
         script, default_args, quick_args = BENCHMARKS[name]
         out = out_dir / f"{name}.json"
         if args.from_results:
             if out.exists():
                 results[name] = json.loads(out.read_text())
-                rows.extend(ROWS[name](results[name]))
             continue
         cmd = [sys.executable, str(HERE / script), *(quick_args if args.quick else default_args), "--out", str(out)]
         out.unlink(missing_ok=True)  # a result left by an earlier run must not pass for this one's
@@ -229,21 +248,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not out.exists():  # it failed before writing its result
             error = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             results[name] = {"error": error, "returncode": proc.returncode}
-            rows.append((name, "FAILED", error[:120], "", "", ""))
             print(f"   failed after {elapsed:.0f} s: {error}", file=sys.stderr)
             continue
         results[name] = json.loads(out.read_text())
-        rows.extend(ROWS[name](results[name]))
         print(f"   done in {elapsed:.0f} s", file=sys.stderr)
+
+    # The other benchmarks' results already in the folder (an earlier run's) join the table.
+    kept = [] if args.from_results else [n for n in BENCHMARKS if n not in results and (out_dir / f"{n}.json").exists()]
+    for name in kept:
+        results[name] = json.loads((out_dir / f"{name}.json").read_text())
+    results = {name: results[name] for name in BENCHMARKS if name in results}
+    rows: list[Row] = []
+    for name, result in results.items():
+        if "error" in result:
+            rows.append((name, "FAILED", result["error"][:120], "", "", ""))
+        else:
+            rows.extend(ROWS[name](result))
 
     text = table(rows)
     print(text)
     (out_dir / "table.md").write_text(text + "\n")
     keys = ("benchmark", "measure", "framework", "limit", "ratio", "target")
-    summary = {"meta": meta(__file__, argv), "table": [dict(zip(keys, r)) for r in rows], "results": results}
+    summary = {"meta": meta(__file__, argv), "ran": [] if args.from_results else selected,
+               "kept_from_earlier_runs": kept, "table": [dict(zip(keys, r)) for r in rows], "results": results}
     (out_dir / "run_all.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     print(f"\nJSON: {out_dir / 'run_all.json'}", file=sys.stderr)
-    return 0 if all("error" not in r and r.get("passed", True) for r in results.values()) else 1
+    ran = [results[n] for n in selected if n in results]
+    return 0 if all("error" not in r and r.get("passed", True) for r in ran) else 1
 
 
 if __name__ == "__main__":

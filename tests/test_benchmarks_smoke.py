@@ -46,6 +46,36 @@ def test_env_server_benchmark_textcraft_json_shape(tmp_path):
     assert rows[0][4].startswith(f"transport {family['http_transport_p50_ms']['1']:.2f}/")
     assert rows[0][5].startswith("< 2.0 ms (transport): ")
 
+    # run_all rebuilds its table and run_all.json from the JSON in a results folder.
+    from benchmarks.run_all import main as run_all
+
+    assert run_all(["--from-results", "--only", "env_servers", "--out-dir", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "run_all.json").read_text())
+    assert summary["results"]["env_servers"] == result and summary["ran"] == []
+    assert [tuple(r.values()) for r in summary["table"]] == rows
+    assert (tmp_path / "table.md").read_text().count("| env_servers |") == len(rows)
+
+
+def test_run_all_keeps_quick_runs_out_of_the_committed_results(tmp_path):
+    """Only a run at default sizes writes benchmarks/results/latest (kept in git); --quick gets a temp dir."""
+    import tempfile
+    from pathlib import Path
+
+    import pytest
+
+    from benchmarks.run_all import LATEST, default_out_dir, main as run_all
+
+    assert LATEST == Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "latest"
+    assert default_out_dir(quick=False) == LATEST
+    quick = default_out_dir(quick=True)
+    try:
+        assert quick.is_dir() and quick.is_relative_to(tempfile.gettempdir()) and not quick.is_relative_to(LATEST)
+    finally:
+        quick.rmdir()
+    with pytest.raises(SystemExit):
+        run_all(["--only", "rollout,no_such_benchmark", "--out-dir", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []
+
 
 def test_env_server_session_cap_fits_the_memory_budget():
     from benchmarks.env_servers import SESSION_RSS_MIB, memory_session_cap
