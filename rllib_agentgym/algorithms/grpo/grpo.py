@@ -11,6 +11,7 @@ One iteration (see DESIGN.md, "The loop"):
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any, Optional
 
@@ -42,7 +43,11 @@ class GRPOConfig(AlgorithmConfig):
     def __init__(self, algo_class=None):
         super().__init__(algo_class=algo_class or GRPO)
         # Model and rollout.
-        self.model_path = "embedded"  # local path, hub id, or "embedded"
+        self.model_path = "embedded"  # local path, hub id, "embedded", or a checkpoint dir (a warm start)
+        # A warm start from an AgentSFT / GRPO checkpoint, as RLlib users write it: aliases that
+        # validate() resolves into `model_path` (see `resolve_warm_start`).
+        self.init_from = None
+        self.load_checkpoint = None
         self.model_dtype = "float32"  # the inference engine's dtype; the learner autocasts to it
         self.learner_dtype = "float32"  # the trained (master) weights
         self.gradient_checkpointing = False
@@ -199,7 +204,28 @@ class GRPOConfig(AlgorithmConfig):
 
         return GRPOTorchLearner
 
+    def resolve_warm_start(self) -> None:
+        """`init_from: CKPT` (or `load_checkpoint: CKPT`) -> `model_path: CKPT`: the learner, the
+        KL reference and the inference engines start from the checkpoint's policy (exported once,
+        LoRA merged). A model folder or hub id belongs in `model_path` itself."""
+        from rllib_agentgym.export import is_rllib_checkpoint
+
+        named = {k: os.path.expanduser(str(v)) for k in ("init_from", "load_checkpoint") if (v := getattr(self, k))}
+        if not named:
+            return
+        if len(set(named.values())) > 1:
+            self._value_error(f"init_from and load_checkpoint name different checkpoints: {named}; set one")
+        (alias, path), *_ = named.items()
+        if not is_rllib_checkpoint(path):
+            self._value_error(f"{alias}: {path!r} is not a checkpoint of a run (no policy module under it); "
+                              "a model folder or hub id goes in model_path")
+        if self.model_path not in (path, type(self)().model_path):
+            self._value_error(f"{alias}: {path!r} and model_path: {self.model_path!r} both name the starting "
+                              "model; set one")
+        self.model_path = path
+
     def validate(self) -> None:
+        self.resolve_warm_start()  # first: everything after reads model_path
         super().validate()
         from rllib_agentgym.algorithms.advantages import ESTIMATORS
         from rllib_agentgym.algorithms.losses import KL_KINDS, LOSS_AGG_MODES
