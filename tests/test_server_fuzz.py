@@ -365,7 +365,7 @@ def _retriever_up(client: TestClient) -> None:
 
 
 def test_retriever_answers_bad_input_with_clear_4xx_json_errors(retriever):
-    from envs.searchqa.retriever import MAX_QUERIES, MAX_TOPK
+    from envs.searchqa.retriever import MAX_QUERIES, MAX_QUERY_CHARS, MAX_TOPK
 
     _, client = retriever
     cases = [
@@ -379,14 +379,16 @@ def test_retriever_answers_bad_input_with_clear_4xx_json_errors(retriever):
         (422, "POST", "/retrieve", {"json": {"queries": ["a"], "topk": MAX_TOPK + 1}}),
         (422, "POST", "/retrieve", {"json": {"queries": ["a"], "topk": 10**30}}),
         (422, "POST", "/retrieve", {"json": {"queries": ["a"] * (MAX_QUERIES + 1)}}),
+        (422, "POST", "/retrieve", {"json": {"queries": ["a", "b" * (MAX_QUERY_CHARS + 1)]}}),
+        (413, "POST", "/retrieve", {"content": b"[" * 64, "headers": {**JSON, "content-length": str(64 << 20)}}),
         (404, "GET", "/no/such/route", {}),
         (405, "GET", "/retrieve", {}),
         (405, "DELETE", "/health", {}),
     ]
     for status, method, path, kwargs in cases:
         assert_clear_error(client.request(method, path, **kwargs), status)
-    # Odd but well-formed queries are searched, not refused: empty, huge, a lone surrogate.
-    for body in [{"queries": [""]}, {"queries": ["capital " * 20_000]}, b'{"queries": ["\\ud800"]}']:
+    # Odd but well-formed queries are searched, not refused: empty, as long as allowed, a lone surrogate.
+    for body in [{"queries": [""]}, {"queries": ["capital " * (MAX_QUERY_CHARS // 8)]}, b'{"queries": ["\\ud800"]}']:
         sent = {"content": body, "headers": JSON} if isinstance(body, bytes) else {"json": body}
         reply = client.post("/retrieve", **sent)
         assert reply.status_code == 200 and len(reply.json()["results"]) == 1

@@ -201,7 +201,7 @@ def create_app(
 
     app = FastAPI(title=f"rllib-agentgym {name} env server", lifespan=lifespan)
     app.state.sessions = sessions
-    app.add_middleware(_BodyLimit)
+    app.add_middleware(BodyLimit)
 
     @app.exception_handler(EnvError)
     async def _env_error(_: Request, exc: EnvError):
@@ -324,18 +324,19 @@ def _add_extra_route(app: FastAPI, sessions: SessionTable, route: str, fn: Calla
     app.add_api_route(f"/{route}", handler, methods=["GET"], name=route)
 
 
-class _BodyLimit:
-    """ASGI middleware: 413 for a body over MAX_BODY_BYTES, declared or streamed, before it is all read."""
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `max_bytes`, declared or streamed, before it is all read."""
 
-    def __init__(self, app):
+    def __init__(self, app, max_bytes: int = MAX_BODY_BYTES):
         self.app = app
+        self.max_bytes = max_bytes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
-            response = JSONResponse(status_code=413, content={"error": f"request body over {MAX_BODY_BYTES} bytes"})
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            response = JSONResponse(status_code=413, content={"error": f"request body over {self.max_bytes} bytes"})
             return await response(scope, receive, send)
         received = 0
 
@@ -344,8 +345,8 @@ class _BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > MAX_BODY_BYTES:  # a chunked body that never declared its size
-                    raise HTTPException(413, f"request body over {MAX_BODY_BYTES} bytes")
+                if received > self.max_bytes:  # a chunked body that never declared its size
+                    raise HTTPException(413, f"request body over {self.max_bytes} bytes")
             return message
 
         await self.app(scope, limited_receive, send)

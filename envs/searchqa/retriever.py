@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from envs.common.cli import serve
+from envs.common.server import BodyLimit
 from envs.searchqa.retrieval import (
     BatchingRetriever,
     Retriever,
@@ -42,7 +43,9 @@ from envs.searchqa.retrieval import (
 )
 
 MAX_QUERIES = 4096
+MAX_QUERY_CHARS = 65536  # an env server's longest action, so every search it forwards fits
 MAX_TOPK = 100
+MAX_BODY_BYTES = 32 << 20  # a full batch of long queries fits; a runaway client does not
 
 
 class RetrieveBody(BaseModel):
@@ -54,6 +57,7 @@ def create_retriever_app(retriever: Retriever, max_batch: int = 256) -> FastAPI:
     """FastAPI app serving `retriever`; concurrent requests are batched together."""
     batched = retriever if isinstance(retriever, BatchingRetriever) else BatchingRetriever(retriever, max_batch)
     app = FastAPI(title="rllib-agentgym searchqa retriever")
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(_: Request, exc: RequestValidationError):
@@ -77,6 +81,8 @@ def create_retriever_app(retriever: Retriever, max_batch: int = 256) -> FastAPI:
     def retrieve(body: RetrieveBody):
         if len(body.queries) > MAX_QUERIES:
             return JSONResponse(status_code=422, content={"error": f"at most {MAX_QUERIES} queries per request"})
+        if any(len(q) > MAX_QUERY_CHARS for q in body.queries):
+            return JSONResponse(status_code=422, content={"error": f"a query longer than {MAX_QUERY_CHARS} characters"})
         return {"results": batched.retrieve(body.queries, body.topk)}
 
     return app
