@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.multiagent.registry import MULTIAGENT_ENVS, make_env, split_ids
+from envs.multiagent.registry import MULTIAGENT_ENVS, split_ids
 from rllib_agentgym.env_runners.multi_agent_llm_env_runner import (
     FIXED_POLICIES,
     GAME_OUTCOMES,
@@ -276,8 +276,10 @@ def build_multiagent_runner(source: str, *, env: str | None, policy: str | None,
     return runner, policy_id, loaded.name
 
 
-def num_agents(env: str) -> int:
-    game = make_env(family_name(env))
+def num_agents(env: str, env_options: Mapping[str, Any] | None = None) -> int:
+    from rllib_agentgym.envs.multiagent_env import make_text_env
+
+    game = make_text_env(env, env_options)
     try:
         return len(game.possible_agents)
     finally:
@@ -304,7 +306,7 @@ def evaluate_multiagent(source: str, *, env: str | None = None, opponent: str | 
         source, env=env, policy=policy, opponent=opponent, split=split, temperature=temperature, max_turns=max_turns,
         engine=engine, env_config=env_config, seed=seed, max_new_tokens=max_new_tokens, max_model_len=max_model_len,
     )
-    per_task = k * (1 if opponent == "self" else num_agents(env))
+    per_task = k * (1 if opponent == "self" else len(runner._ensure_envs(1)[0].possible_agents))
     try:
         task_ids = select_tasks(split_ids(family_name(env), split), num_tasks)
         bar = tqdm(total=len(task_ids), unit="task", desc=f"{family_name(env)}/{split}", disable=not progress)
@@ -371,7 +373,7 @@ def evaluate_multiagent_during_training(algo) -> dict[str, Any]:
     opponent = default_opponent(env, cfg.evaluation_opponent)
     task_ids = select_tasks(split_ids(env, evaluation_split(cfg)), cfg.evaluation_num_tasks)
     horizon = int(algo.evaluation_config.max_turns)
-    group_size = 1 if opponent == "self" else num_agents(env)
+    group_size = 1 if opponent == "self" else num_agents(env, (cfg.env_config or {}).get("env_options"))
     mapping = SeatMapping(cfg.policy_mapping_fn, None if opponent == "self" else opponent)
     group = algo.eval_env_runner_group
     if group is not None:

@@ -4,6 +4,8 @@
 `tictactoe` and `connect_four` wrap PettingZoo's classic games through their
 AEC API, rendered as text, with `opponents` as fixed evaluation opponents;
 `coop_craft` is our cooperative crafting task that needs communication;
+`pettingzoo_text` wraps any PettingZoo AEC or Parallel env (render function,
+move names, legal moves from the action mask);
 `conversation` plays an episode with scripted policies into per-agent chats;
 `registry` makes envs by name. Server side: nothing here imports
 `rllib_agentgym`.

@@ -1,7 +1,9 @@
 """The multi-agent envs by name: make one, list its task splits and categories.
 
-Names: "tictactoe", "connect_four", "coop_craft". Env modules are imported on
-first use, so naming one env does not load the others' engines.
+Names: "tictactoe", "connect_four", "coop_craft", and "pettingzoo": any
+PettingZoo AEC or Parallel env, named by its options (`factory`, see
+`envs.multiagent.pettingzoo_text.make_pettingzoo_env`). Env modules are
+imported on first use, so naming one env does not load the others' engines.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ _ENVS: dict[str, tuple[str, str]] = {
     "tictactoe": ("envs.multiagent.tictactoe:TicTacToeEnv", "envs.multiagent.board_game"),
     "connect_four": ("envs.multiagent.connect_four:ConnectFourEnv", "envs.multiagent.board_game"),
     "coop_craft": ("envs.multiagent.coop_craft.env:CoopCraftEnv", "envs.multiagent.coop_craft.tasks"),
+    "pettingzoo": ("envs.multiagent.pettingzoo_text:make_pettingzoo_env", "envs.multiagent.pettingzoo_text"),
 }
 MULTIAGENT_ENVS: tuple[str, ...] = tuple(_ENVS)
 

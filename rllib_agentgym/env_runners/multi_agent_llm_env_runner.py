@@ -12,7 +12,8 @@ episode)`, evaluated once per episode (`episode` is an `EpisodeInfo`: its
   the policy's config (`config.get_config_for_module(policy_id)`: model_path,
   inference_engine, ...), and fed that RLModule's weights by `set_state`; or
 * a fixed player named by its policy id (`FIXED_POLICIES`): "random" and
-  "heuristic" are the board-game opponents of `envs.multiagent.opponents`,
+  "heuristic" are the board-game opponents of `envs.multiagent.opponents`
+  ("random" also plays any wrapped PettingZoo env: a random legal move),
   "scripted" is CoopCraft's `ScriptedCoopAgent`. They act from the game
   state; nothing of theirs is trained.
 
@@ -37,6 +38,17 @@ agent's return and outcome, fixed players included, for metrics.
 An episode ends when the env says done, when an agent that must act has
 already taken `max_turns` turns (the horizon `ScalingInterCallback` sets), or
 when an LLM agent's next turn would not fit the model's context.
+
+Why this runner drives the contract env itself instead of stepping RLlib's
+`TextMultiAgentEnv`: training needs token-level trajectories (the engine's
+exact sampled ids and log-probs, chat-template ids for each observation, a
+loss mask over generated ids) and one batched generate call per policy
+across every episode's acting agents, neither of which RLlib's text-in /
+text-out multi-agent episodes carry. Both paths play the same env: it is
+built by the same `make_text_env(env, env_options)` and gets the same system
+instruction (`instruction_for`), so any env the wrapper serves (the named
+games, CoopCraft, any PettingZoo env through `agentgym/pettingzoo`) trains
+here unchanged.
 """
 
 from __future__ import annotations
@@ -56,7 +68,7 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
-from envs.multiagent.registry import category, make_env, split_ids
+from envs.multiagent.registry import category, split_ids
 from rllib_agentgym.core import lora as lora_lib
 from rllib_agentgym.core.chat import ChatFormat
 from rllib_agentgym.core.embedded import resolve_model_path
@@ -68,7 +80,7 @@ from rllib_agentgym.env_runners.engines import (
 )
 from rllib_agentgym.env_runners.llm_env_runner import RolloutResult
 from rllib_agentgym.envs.gym_env import text_space
-from rllib_agentgym.envs.multiagent_env import INSTRUCTIONS
+from rllib_agentgym.envs.multiagent_env import instruction_for, make_text_env
 from rllib_agentgym.envs.registry import family_name
 from rllib_agentgym.envs.spec import check_task_pool, parse_react_action
 
@@ -196,7 +208,8 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
         self._split = self._env_config.get("split", "train")
         self._task_ids = pinned_task_ids(self.env_name, self._split, self._env_config.get("task_ids"))
         self._env_options = dict(self._env_config.get("env_options") or {})
-        self.instruction = INSTRUCTIONS[self.env_name]
+        self._envs: list = []
+        self.instruction = instruction_for(self.env_name, self._ensure_envs(1)[0])
         self._seed = (self.config.seed if self.config.seed is not None else 0) + 1000 * (self.worker_index or 0)
         self._num_sample_calls = 0
         self._max_turns = int(self.config.max_turns)
@@ -207,7 +220,6 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
         self._chats: dict[str, ChatFormat] = {}
         self._pending_weights: dict[str, dict] = {}
         self._base_weight_cache: dict[str, dict] = {}
-        self._envs: list = []
         self._weights_seq_no = 0
         self._env_steps_lifetime = 0
 
@@ -236,10 +248,14 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
 
     def _ensure_envs(self, n: int) -> list:
         while len(self._envs) < n:
-            self._envs.append(make_env(self.env_name, **self._env_options))
+            self._envs.append(make_text_env(self.env_name, self._env_options))
         return self._envs[:n]
 
     def _fixed_player(self, kind: str, env, agent: str, seed: int):
+        from envs.multiagent.pettingzoo_text import PettingZooTextEnv, RandomLegalPlayer
+
+        if kind == "random" and isinstance(env, PettingZooTextEnv):
+            return RandomLegalPlayer(env, agent, seed=seed)
         if kind in ("random", "heuristic"):
             from envs.multiagent.board_game import BoardGameEnv
             from envs.multiagent.opponents import OpponentAgent

@@ -17,14 +17,27 @@ is none; infos then say ``well_formed: False``).
 
 env_config keys:
 
-    env:          "tictactoe" | "connect_four" | "coop_craft" (or "agentgym/<name>")
-    env_options:  keyword options of the env class (e.g. {"max_turns": 8})
+    env:          "tictactoe" | "connect_four" | "coop_craft" | "pettingzoo" (or "agentgym/<name>")
+    env_options:  keyword options of the env class (e.g. {"max_turns": 8}); for "pettingzoo"
+                  the PettingZoo env to wrap: {"factory": "pettingzoo.classic.rps_v2:parallel_env",
+                  "env_kwargs": {...}, "render": "module:fn", "action_names": [...], ...}
+                  (`envs.multiagent.pettingzoo_text`)
     split:        task split to draw data_idx from when reset() is given none ("train")
     task_ids:     explicit list of data_idx to draw from instead of a split
     react_format: pull the action out of "Thought: ... Action: ..." (True)
 
 `register_multiagent_envs()` registers ``agentgym/tictactoe``,
-``agentgym/connect_four`` and ``agentgym/coop_craft`` with Ray Tune.
+``agentgym/connect_four``, ``agentgym/coop_craft`` and ``agentgym/pettingzoo``
+with Ray Tune.
+
+Who uses this class: RLlib users (the env checker, RLlib's own multi-agent
+algorithms and episodes, custom loops). GRPO training does not step it:
+`MultiAgentLLMEnvRunner` drives the same contract env directly, built by the
+same `make_text_env` with the same `instruction_for`, because it keeps
+token-level trajectories (the exact sampled ids, chat-template ids of each
+observation, loss masks) and batches one generation call per policy across
+all episodes' acting agents, which RLlib's text-in / text-out episodes can
+neither carry nor batch.
 """
 
 from __future__ import annotations
@@ -74,6 +87,22 @@ INSTRUCTIONS: dict[str, str] = {
 }
 
 
+def make_text_env(env_name: str, env_options: Mapping[str, Any] | None = None) -> MultiAgentTextEnv:
+    """The contract env of `env_name` ("agentgym/<name>" or "<name>") with its env_options:
+    the one construction this wrapper and `MultiAgentLLMEnvRunner` share."""
+    return make_env(family_name(str(env_name)), **dict(env_options or {}))
+
+
+def instruction_for(env_name: str, env: MultiAgentTextEnv | None = None) -> str:
+    """The system instruction of an env: ours for the named envs; for a wrapped PettingZoo
+    env its own description (the game, the legal-move rule) plus the answer format."""
+    name = family_name(str(env_name))
+    if name in INSTRUCTIONS:
+        return INSTRUCTIONS[name]
+    description = getattr(env, "description", "")
+    return f"{description}\n\n{_ANSWER_FORMAT.format(example='one of your legal moves')}" if description else ""
+
+
 class TextMultiAgentEnv(MultiAgentEnv):
     """A multi-agent text env as an RLlib `MultiAgentEnv` (see module doc for env_config)."""
 
@@ -82,7 +111,7 @@ class TextMultiAgentEnv(MultiAgentEnv):
         config = dict(config or {})
         self.env_name = family_name(str(config.get("env", "")))
         if env is None:
-            env = make_env(self.env_name, **dict(config.get("env_options") or {}))
+            env = make_text_env(self.env_name, config.get("env_options"))
         self.env = env
         task_ids = config.get("task_ids")
         if task_ids is None:
@@ -91,7 +120,7 @@ class TextMultiAgentEnv(MultiAgentEnv):
         if not self.task_ids:
             raise ValueError("no task ids to draw from")
         self.react_format = bool(config.get("react_format", True))
-        self.instruction = INSTRUCTIONS.get(self.env_name, "")
+        self.instruction = instruction_for(self.env_name, env)
         self.possible_agents = list(env.possible_agents)
         self.agents = list(self.possible_agents)
         self.roles = dict(env.roles)

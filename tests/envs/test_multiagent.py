@@ -18,6 +18,8 @@ from envs.multiagent.opponents import OpponentAgent, opponent_action
 from envs.multiagent.tictactoe import TicTacToeEnv
 
 EMPTY_TTT = ". . .\n. . .\n. . ."
+# Options of the envs that need some: "pettingzoo" wraps whichever PettingZoo env it is given.
+ENV_OPTIONS = {"pettingzoo": {"factory": "pettingzoo.classic.rps_v2:parallel_env"}}
 
 
 def _move(env, action: str):
@@ -30,7 +32,7 @@ def _move(env, action: str):
 
 def test_envs_follow_the_contract():
     for name in registry.MULTIAGENT_ENVS:
-        env = registry.make_env(name)
+        env = registry.make_env(name, **ENV_OPTIONS.get(name, {}))
         assert isinstance(env, MultiAgentTextEnv)
         assert set(env.roles) == set(env.possible_agents)
 
@@ -380,7 +382,7 @@ def test_rllib_env_checker_accepts_random_text_actions():
     from rllib_agentgym.envs.multiagent_env import TextMultiAgentEnv
 
     for name in registry.MULTIAGENT_ENVS:
-        check_multiagent_environments(TextMultiAgentEnv({"env": name}))
+        check_multiagent_environments(TextMultiAgentEnv({"env": name, "env_options": ENV_OPTIONS.get(name)}))
     rng = random.Random(0)
     env = TextMultiAgentEnv({"env": "connect_four", "react_format": False})
     obs, _ = env.reset(seed=1)
