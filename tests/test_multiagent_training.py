@@ -3,9 +3,11 @@
 The embedded model is random-init, so its replies never hold a legal move:
 the board-game agents forfeit after three tries and CoopCraft never succeeds.
 That is enough to check the plumbing exactly (whose tokens, which masks,
-which rewards and groups, which module learns); for the training checks an
+which rewards and groups, which module learns); for those training checks an
 entropy bonus gives every trained module a gradient, since all-equal group
-rewards make every GRPO advantage zero.
+rewards make every GRPO advantage zero. The GRPO signal itself is checked
+(`-m slow`) with a warm start that writes readable moves (`tests/move_maker.py`):
+against the random opponent its groups win, lose, forfeit and run out of turns.
 """
 
 from __future__ import annotations
@@ -111,6 +113,37 @@ def test_shared_self_play_per_agent_trajectories_and_groups(embedded_model):
         groups.setdefault(t.group_id, set()).add((t.data_idx, t.agent))
     assert len(groups) == 4 and all(len(members) == 1 for members in groups.values())
     assert all(sum(t.group_id == g for t in trajs) == 2 for g in groups)
+
+
+def test_any_pettingzoo_env_through_the_runner(embedded_model):
+    """agentgym/pettingzoo: a Parallel PettingZoo env (rps_v2) built from env_options, as the
+    RLlib wrapper builds it; the LLM against the random legal player."""
+    options = {"factory": "pettingzoo.classic.rps_v2:parallel_env", "env_kwargs": {"max_cycles": 2}}
+    cfg = (
+        _config("pettingzoo")
+        .environment(env_config={"env_options": options})
+        .multi_agent(policies={"shared", "random"},
+                     policy_mapping_fn=PolicyMapping(by="table", table={"player_0": "shared", "player_1": "random"}))
+    )
+    runner = MultiAgentLLMEnvRunner(config=cfg, worker_index=0)
+    try:
+        result = runner.sample(task_ids=[1, 2], group_size=2)
+        tokenizer = runner._tokenizers["shared"]
+    finally:
+        runner.stop()
+    from rllib_agentgym.envs.multiagent_env import TextMultiAgentEnv
+
+    assert runner.instruction == TextMultiAgentEnv({"env": "pettingzoo", "env_options": options}).instruction
+    assert len(result.trajectories) == 4 and {t.env for t in result.trajectories} == {"pettingzoo"}
+    for ep, traj in zip(result.episodes, result.trajectories):
+        prompt = tokenizer.decode(traj.token_ids[: traj.prompt_len])
+        assert "rps_v2 (a PettingZoo environment)" in prompt and "Legal moves: rock, paper, scissors" in prompt
+        # Three unreadable replies: refused (the step is replayed), then a forfeit.
+        assert traj.num_turns == 3 and all(turn.invalid_action for turn in traj.turns) and traj.outcome == "loss"
+        assert "No move of the last step was played" not in traj.turns[1].observation  # that text is for the other agent
+        assert "could not read" in traj.turns[1].observation
+        assert ep.returns == {"player_0": -1.0, "player_1": 1.0} and ep.turns == {"player_0": 3, "player_1": 3}
+        _check_own_tokens(traj, tokenizer)
 
 
 def test_pinned_task_ids_must_belong_to_the_split():
@@ -220,3 +253,118 @@ def test_rllib_evaluate_against_random_opponent(tmp_path, capsys):
     assert overall["num_games"] == 4  # 2 tasks x 2 seats
     assert overall["win_rate"] + overall["draw_rate"] + overall["loss_rate"] == pytest.approx(1.0)
     assert sorted(report["roles"]) == ["O", "X"] and {s["role"] for s in report["seats"]} == {"X", "O"}
+
+
+@pytest.fixture(scope="module")
+def move_maker(tmp_path_factory):
+    from tests.move_maker import build_move_maker
+
+    return str(build_move_maker(tmp_path_factory.mktemp("move_maker")))
+
+
+@pytest.mark.slow
+def test_grpo_update_moves_each_agent_trajectory_with_its_advantage(ray_local, move_maker, monkeypatch):
+    """Real GRPO signal, no entropy bonus: X (the warm start, on vLLM) against the random
+    opponent gets different rewards within a group; MultiAgentGRPO.training_step hands the
+    learner non-zero advantages, and its update raises the log-likelihood of X's trajectories
+    that beat their group and lowers the others'."""
+    import numpy as np
+
+    from rllib_agentgym.core.rl_module import token_logprobs_and_entropy
+
+    cfg = (
+        _config("tictactoe", model_path=move_maker, inference_engine="vllm", group_size=8, tasks_per_iteration=4,
+                max_turns=5, max_new_tokens=24, temperature=1.0)
+        .training(lr=5e-5, entropy_coeff=0.0, use_kl_loss=False, micro_batch_size=8)
+        .multi_agent(policies={"shared", "random"},
+                     policy_mapping_fn=PolicyMapping(by="table", table={"X": "shared", "O": "random"}))
+    )
+    cfg.log_trajectories = 0
+    algo = cfg.build_algo()
+    llm = algo.learner_group._learner.module["shared"].unwrapped().llm
+    seen = {}
+
+    def sequence_logprobs(batch) -> np.ndarray:
+        ids, attn = torch.as_tensor(batch["input_ids"]), torch.as_tensor(batch["attention_mask"])
+        with torch.no_grad():
+            logprobs = token_logprobs_and_entropy(llm, ids, attn, False)["logprobs"].float().numpy()
+        return (logprobs * np.asarray(batch["response_mask"])).sum(1)
+
+    real_update = algo.learner_group.update
+
+    def update_and_measure(*, batch, **kwargs):  # the real update, with log-probs read around it
+        seen["batch"] = batch.policy_batches["shared"]
+        seen["before"] = sequence_logprobs(seen["batch"])
+        out = real_update(batch=batch, **kwargs)
+        seen["after"] = sequence_logprobs(seen["batch"])
+        return out
+
+    monkeypatch.setattr(algo.learner_group, "update", update_and_measure)
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    batch = seen["batch"]
+    assert "shared" in result["learners"] and "random" not in result["learners"]
+    mask = np.asarray(batch["response_mask"])
+    seq_advantage = (np.asarray(batch["advantages"]) * mask).sum(1) / mask.sum(1)
+    rewards = np.asarray(batch["rewards"])
+    assert len(set(rewards.tolist())) > 1, rewards  # wins, losses / forfeits, unfinished games
+    better, worse = seq_advantage > 0, seq_advantage < 0
+    assert better.any() and worse.any(), "no group with mixed outcomes"
+    assert np.all(rewards[better] > rewards[worse].min()) and np.all(rewards[worse] < rewards[better].max())
+    change = seen["after"] - seen["before"]
+    assert change[better].mean() > 0 > change[worse].mean(), (change[better], change[worse])
+    stats = result["env_runners"]["policies"]["shared"]
+    assert stats["num_agent_episodes"] == 32 and stats["win_rate"] + stats["loss_rate"] + stats["draw_rate"] + stats["unfinished_rate"] == pytest.approx(1.0)
+
+
+
+# -- coverage: Connect Four, the heuristic through the CLI, CoopCraft evaluation -------------------
+
+
+def test_connect_four_llm_against_the_heuristic_in_the_runner(embedded_model):
+    """The LLM plays O; the heuristic X opens task 0 (an empty board) in the center column."""
+    cfg = _config("connect_four", max_turns=3).multi_agent(
+        policies={"shared", "heuristic"},
+        policy_mapping_fn=PolicyMapping(by="table", table={"X": "heuristic", "O": "shared"}),
+    )
+    runner = MultiAgentLLMEnvRunner(config=cfg, worker_index=0)
+    try:
+        result = runner.sample(task_ids=[0], group_size=2)
+        tokenizer = runner._tokenizers["shared"]
+    finally:
+        runner.stop()
+    assert [ep.policies for ep in result.episodes] == [{"player_0": "heuristic", "player_1": "shared"}] * 2
+    for ep, traj in zip(result.episodes, result.trajectories):
+        assert (traj.agent, traj.role, traj.env) == ("player_1", "O", "connect_four")
+        assert "X played drop 4." in traj.turns[0].observation and "You are playing Connect Four as O" in traj.turns[0].observation
+        assert ep.turns == {"player_0": 1, "player_1": 3} and ep.outcomes == {"player_0": "win", "player_1": "loss"}
+        _check_own_tokens(traj, tokenizer)
+
+
+def test_rllib_evaluate_connect_four_against_the_heuristic(tmp_path, capsys):
+    from rllib_agentgym.cli import main
+
+    out = tmp_path / "eval.json"
+    assert main(["evaluate", "embedded", "--env", "agentgym/connect_four", "--opponent", "heuristic", "--num-tasks", "1",
+                 "--engine", "hf", "--max-new-tokens", "8", "--no-progress", "--json", str(out)]) == 0
+    assert "**connect_four** vs heuristic" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["opponent"] == "heuristic" and report["overall"]["num_games"] == 2  # 1 task x 2 seats
+    # The random-init model never writes a legal move: it forfeits from both seats.
+    assert report["overall"]["loss_rate"] == 1.0 and sorted(report["roles"]) == ["O", "X"]
+
+
+@pytest.mark.parametrize("opponent, seats", [("scripted", 2), ("self", 2)])
+def test_evaluate_coop_craft_with_the_scripted_partner_and_in_self_play(opponent, seats):
+    """scripted: the LLM takes each seat once beside the scripted player; self: it plays both."""
+    from rllib_agentgym.evaluation_multiagent import evaluate_multiagent
+
+    report = evaluate_multiagent("embedded", env="agentgym/coop_craft", opponent=opponent, num_tasks=1, engine="hf",
+                                 max_new_tokens=8, max_turns=3, progress=False)
+    assert report.env == "coop_craft" and report.opponent == opponent
+    assert report.scores["overall"]["num_games"] == seats and sorted(report.scores["roles"]) == ["helper", "leader"]
+    assert [s.agent for s in report.seats] == ["alice", "bob"] and all(s.turns == 3 for s in report.seats)
+    assert report.scores["overall"]["success_rate"] == 0.0  # the random-init model's replies are unreadable
+    assert ("self-play" if opponent == "self" else "vs scripted") in report.markdown()
