@@ -140,6 +140,25 @@ def to_search_space(value: Any) -> Any:
     return value
 
 
+# Config keys that may name a local file or folder (a model, a checkpoint to start from).
+PATH_KEYS = ("model_path", "init_from", "load_checkpoint")
+
+
+def absolute_local_paths(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` with each PATH_KEYS value that names an existing local path made absolute.
+
+    Tune runs each trial in its own working directory, so a path relative to where
+    `rllib train` was started would not resolve there. Hub ids and names such as
+    `embedded` (no such local path) pass through unchanged.
+    """
+    out = dict(config)
+    for key in PATH_KEYS:
+        value = out.get(key)
+        if isinstance(value, str) and value and os.path.exists(os.path.expanduser(value)):
+            out[key] = os.path.abspath(os.path.expanduser(value))
+    return out
+
+
 def prepare_experiments(
     experiments: Mapping[str, Mapping[str, Any]],
     *,
@@ -166,7 +185,7 @@ def prepare_experiments(
             config["env"] = env
         check_env(config.get("env"))
         check_config_keys(trainable, config, f"{source}: experiment {name!r}")
-        spec["config"] = to_search_space(config)
+        spec["config"] = to_search_space(absolute_local_paths(config))
         spec["stop"] = {**dict(spec.get("stop") or {}), **dict(stop_overrides or {})}
         if storage_path:
             spec["storage_path"] = storage_path

@@ -89,6 +89,21 @@ def test_grid_search_and_overrides_are_prepared(tmp_path):
     assert exp["stop"] == {"training_iteration": 1} and exp["storage_path"] == str(tmp_path)
 
 
+def test_local_model_and_checkpoint_paths_are_made_absolute(tmp_path, monkeypatch):
+    """Tune runs trials in their own directories: a relative local path must not depend on the cwd."""
+    from rllib_agentgym.experiments import prepare_experiments
+
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.chdir(tmp_path)
+    spec = {"e": {"run": "GRPO", "env": "agentgym/textcraft",
+                  "config": {"init_from": "ckpt", "model_path": "Qwen/Qwen2.5-7B-Instruct"}}}
+    config = prepare_experiments(spec)["e"]["config"]
+    assert config["init_from"] == str(tmp_path / "ckpt")
+    assert config["model_path"] == "Qwen/Qwen2.5-7B-Instruct"  # a hub id, no such local path: unchanged
+    spec["e"]["config"] = {"model_path": "embedded"}
+    assert prepare_experiments(spec)["e"]["config"]["model_path"] == "embedded"
+
+
 def test_classic_cartpole_ppo_yaml_runs_unchanged(ray_local, tmp_path):
     code = main(["train", "file", str(ROOT / "tuned_examples" / "cartpole-ppo.yaml"), "--storage-path", str(tmp_path),
                  "--stop", json.dumps({"training_iteration": 1}), "-v", "0"])
