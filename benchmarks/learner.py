@@ -14,15 +14,26 @@ GRPOTorchLearner in this process).
 
 The limit is a bare loop on a second copy of the same model: the same
 trajectories in micro-batches of the same size (formed by length, each
-trimmed to its longest row, so padding is minimal), forward, log-softmax of
-the next tokens (gather - logsumexp), a masked mean loss, backward, one AdamW
-step; on a GPU machine both sides run on the GPU. Tokens/s counts real
-(non-padding) tokens on both sides. The GRPO update is timed without the KL
-term (the same work as the bare step) and, separately, with the default
-KL-to-reference (its extra no-grad reference forward is added to the bare
-side there). Updates and bare steps alternate; the median ratio of wall
-times is reported, and of this process's CPU times, which other load on a
-small machine does not stretch (one thread by default on CPU).
+trimmed to its longest row, so padding is minimal), forward with the LM head
+only on the positions that predict a response token (`logits_to_keep`, as
+the learner does: the loss reads nothing else), log-softmax of the next
+tokens (gather - logsumexp), a masked mean loss, backward, one AdamW step;
+on a GPU machine both sides run on the GPU. Tokens/s counts real
+(non-padding) tokens on both sides. Each mode times the GRPO update against
+its limits, alternating (the median ratio of wall times is reported, and of
+this process's CPU times, which other load on a small machine does not
+stretch; one thread by default on CPU):
+
+- `no_kl`: the update without the KL term, the same work as the bare step.
+  Limits: `bare` (judged) and `bare_full_lm_head` (the LM head on every
+  position, as a plain causal-LM step computes it; what `logits_to_keep` saves).
+- `kl`: the default config, whose update also runs the frozen reference
+  model's no-grad forward. Limits: `bare` (the issue's bare step, which omits
+  that required work) and `bare_plus_ref` (judged: the bare step plus one
+  no-grad reference forward of the same tokens, LM head on the response
+  positions, the limit of an update with a KL term).
+- `no_kl_in_order`: micro-batches cut in batch order (the learner before it
+  formed them by length), against `bare`.
 
 Padding waste = padded tokens computed / real tokens, for micro-batches cut
 in batch order and for micro-batches formed by length (what the learner
@@ -143,7 +154,11 @@ def build_batch(config, trajectories):
 
 
 class BareStep:
-    """Forward + backward + AdamW on a second copy of the model, micro-batches formed by length."""
+    """Forward + backward + AdamW on a second copy of the model, micro-batches formed by length.
+
+    `step(full_lm_head=False, reference=False)`: the LM head on the positions that predict a
+    response token only (or on all), with one no-grad forward of the reference copy first or not.
+    """
 
     def __init__(self, args, arrays: dict, with_reference: bool):
         import torch
@@ -163,23 +178,32 @@ class BareStep:
         for start in range(0, len(order), args.micro_batch_size):
             rows = order[start : start + args.micro_batch_size]
             width = int(mask[rows].sum(1).max())
-            self.micro.append(tuple(t[rows, :width].to(self.device) for t in (ids, mask, response)))
+            m_ids, m_mask, m_response = (t[rows, :width].to(self.device) for t in (ids, mask, response))
+            # Positions p whose logits predict a response token (token p + 1) of some row.
+            positions = m_response[:, 1:].bool().any(0).nonzero().squeeze(-1)
+            self.micro.append((m_ids, m_mask, m_response, positions))
         self.count = float(response.sum())
 
     @staticmethod
-    def _token_logprobs(model, ids, mask):
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
-        return logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+    def _token_logprobs(model, ids, mask, positions):
+        """log p(token t+1 | ..t) at `positions` (None: at every position)."""
+        if positions is None:
+            logits, labels = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float(), ids[:, 1:]
+        else:
+            out = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=positions)
+            logits, labels = out.logits.float(), ids[:, 1:].index_select(1, positions)
+        return logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
 
-    def __call__(self) -> None:
+    def step(self, full_lm_head: bool = False, reference: bool = False) -> None:
         torch = self.torch
-        if self.reference is not None:
+        if reference:
             with torch.no_grad():
-                for ids, mask, _ in self.micro:
-                    self._token_logprobs(self.reference, ids, mask)
-        for ids, mask, response in self.micro:
-            logprobs = self._token_logprobs(self.model, ids, mask)
-            loss = -(logprobs * response[:, 1:]).sum() / self.count
+                for ids, mask, _, positions in self.micro:
+                    self._token_logprobs(self.reference, ids, mask, positions)
+        for ids, mask, response, positions in self.micro:
+            keep = None if full_lm_head else positions
+            weights = response[:, 1:] if keep is None else response[:, 1:].index_select(1, keep)
+            loss = -(self._token_logprobs(self.model, ids, mask, keep) * weights).sum() / self.count
             loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -187,7 +211,17 @@ class BareStep:
             torch.cuda.synchronize()
 
 
-def measure(learner_group, batch, bare: BareStep, real_tokens: int, repeats: int) -> dict[str, Any]:
+# mode -> its limits as BareStep.step options; the first one is the mode's judged limit.
+MODE_LIMITS: dict[str, dict[str, dict[str, bool]]] = {
+    "no_kl": {"bare": {}, "bare_full_lm_head": {"full_lm_head": True}},
+    "kl": {"bare_plus_ref": {"reference": True}, "bare": {}},
+    "no_kl_in_order": {"bare": {}},
+}
+
+
+def measure(learner_group, batch, bare: BareStep, limits: dict[str, dict[str, bool]], real_tokens: int,
+            repeats: int) -> dict[str, Any]:
+    """The update against each limit, alternating; top-level ratio fields are the first limit's."""
     import torch
 
     def update():
@@ -196,29 +230,35 @@ def measure(learner_group, batch, bare: BareStep, real_tokens: int, repeats: int
         if torch.cuda.is_available():
             torch.cuda.synchronize()
 
-    update()
-    bare()  # warm-up: allocator, optimizer state
-    wall = {"grpo": [], "bare": []}
-    cpu = {"grpo": [], "bare": []}
+    sides = {"grpo": update, **{name: (lambda o=options: bare.step(**o)) for name, options in limits.items()}}
+    for fn in sides.values():
+        fn()  # warm-up: allocator, optimizer state
+    wall: dict[str, list[float]] = {side: [] for side in sides}
+    cpu: dict[str, list[float]] = {side: [] for side in sides}
     for _ in range(repeats):
-        for side, fn in (("grpo", update), ("bare", bare)):
+        for side, fn in sides.items():
             w0, c0 = time.perf_counter(), time.process_time()
             fn()
             wall[side].append(time.perf_counter() - w0)
             cpu[side].append(time.process_time() - c0)
-    ratios = [b / g for g, b in zip(wall["grpo"], wall["bare"])]
-    cpu_ratios = [b / g for g, b in zip(cpu["grpo"], cpu["bare"])]
-    return {
-        "ratio": round(median(ratios), 4),
-        # CPU time of this process: what the machine's other load cannot stretch (CPU runs).
-        "ratio_cpu_time": round(median(cpu_ratios), 4),
-        "grpo_tokens_per_s": round(real_tokens / median(wall["grpo"]), 1),
-        "bare_tokens_per_s": round(real_tokens / median(wall["bare"]), 1),
-        "grpo_update_s": [round(x, 4) for x in wall["grpo"]],
-        "bare_step_s": [round(x, 4) for x in wall["bare"]],
-        "grpo_update_cpu_s": [round(x, 4) for x in cpu["grpo"]],
-        "bare_step_cpu_s": [round(x, 4) for x in cpu["bare"]],
-    }
+    out: dict[str, Any] = {"grpo_tokens_per_s": round(real_tokens / median(wall["grpo"]), 1),
+                           "grpo_update_s": [round(x, 4) for x in wall["grpo"]],
+                           "grpo_update_cpu_s": [round(x, 4) for x in cpu["grpo"]],
+                           "limits": {}}
+    for name in limits:
+        out["limits"][name] = {
+            "ratio": round(median([b / g for g, b in zip(wall["grpo"], wall[name])]), 4),
+            # CPU time of this process: what the machine's other load cannot stretch (CPU runs).
+            "ratio_cpu_time": round(median([b / g for g, b in zip(cpu["grpo"], cpu[name])]), 4),
+            "tokens_per_s": round(real_tokens / median(wall[name]), 1),
+            "step_s": [round(x, 4) for x in wall[name]],
+            "step_cpu_s": [round(x, 4) for x in cpu[name]],
+        }
+    judged = next(iter(limits))
+    out.update(judged_limit=judged, ratio=out["limits"][judged]["ratio"],
+               ratio_cpu_time=out["limits"][judged]["ratio_cpu_time"],
+               bare_tokens_per_s=out["limits"][judged]["tokens_per_s"])
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -234,11 +274,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--modes", default="no_kl,kl,no_kl_in_order",
-                        help="no_kl: same work as the bare step; kl: the default config; "
-                             "no_kl_in_order: micro-batches in batch order (the learner before length sorting)")
+                        help="no_kl: same work as the bare step; kl: the default config (limits: bare + reference "
+                             "forward, and bare alone); no_kl_in_order: micro-batches in batch order (the learner "
+                             "before length sorting)")
     parser.add_argument("--cpu-threads", type=int, default=1, help="CPU only: torch threads (0: torch's default)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODE_LIMITS]
+    if unknown:
+        parser.error(f"unknown mode(s) {', '.join(unknown)}: choose from {', '.join(MODE_LIMITS)}")
     quiet_logs()
     threads = limit_cpu_threads(args.cpu_threads)
     args.model = model_path(args.model)
@@ -266,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from rllib_agentgym.algorithms.grpo.torch import grpo_torch_learner
 
     by_length = grpo_torch_learner.micro_batches_by_length
-    for mode in args.modes.split(","):
+    for mode in modes:
         use_kl = mode == "kl"
         # no_kl_in_order: the learner's micro-batches cut in batch order, as before they were formed by length.
         grpo_torch_learner.micro_batches_by_length = in_batch_order if mode == "no_kl_in_order" else by_length
@@ -275,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             learner_group = build_learner_group(config)
             batch = build_batch(config, trajectories)
             bare = BareStep(args, batch.policy_batches["default_policy"], with_reference=use_kl)
-            result["modes"][mode] = measure(learner_group, batch, bare, real_tokens, args.repeats)
+            result["modes"][mode] = measure(learner_group, batch, bare, MODE_LIMITS[mode], real_tokens, args.repeats)
             learner_group.shutdown()
             del bare
         finally:

@@ -85,6 +85,64 @@ def test_env_server_session_cap_fits_the_memory_budget():
     assert memory_session_cap(10_000, 1.0) == 1  # always at least one session
 
 
+def test_learner_benchmark_limits_per_mode(tmp_path):
+    """Tiny learner benchmark: each mode's GRPO update against its limits (the KL mode's judged
+    limit includes the reference forward), and run_all's rows for them."""
+    from benchmarks.learner import MODE_LIMITS
+    from benchmarks.learner import main as learner
+
+    out = tmp_path / "learner.json"
+    learner(["--tasks", "1", "--group-size", "2", "--max-turns", "2", "--repeats", "1", "--micro-batch-size", "1",
+             "--modes", "no_kl,kl", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["meta"]["command"].startswith("python benchmarks/learner.py")
+    assert list(result["modes"]) == ["no_kl", "kl"]
+    assert result["modes"]["no_kl"]["judged_limit"] == "bare" and result["modes"]["kl"]["judged_limit"] == "bare_plus_ref"
+    for mode, m in result["modes"].items():
+        assert list(m["limits"]) == list(MODE_LIMITS[mode])
+        assert m["ratio"] == m["limits"][m["judged_limit"]]["ratio"] and m["grpo_tokens_per_s"] > 0
+        assert all(len(limit["step_cpu_s"]) == 1 and limit["tokens_per_s"] > 0 for limit in m["limits"].values())
+    rows = ROWS["learner"](result)
+    limits = [(r[1].split("(")[1].split(":")[0].split(")")[0], r[3].split("(", 1)[1].rstrip(")")) for r in rows[:-1]]
+    assert limits == [("no KL", "bare f+b+step"), ("no KL", "bare f+b+step, LM head on all positions"),
+                      ("KL to the reference", "bare f+b+step + ref fwd"), ("KL to the reference", "bare f+b+step")]
+    assert [r[5].startswith(">= 0.9") for r in rows[:-1]] == [True, False, True, False]
+
+
+def test_learner_bare_step_reads_logits_where_the_loss_does(embedded_model):
+    """The bare limit's LM head on the response-predicting positions only gives the full-head loss."""
+    import numpy as np
+    import torch
+
+    from benchmarks.learner import BareStep, expert_trajectories
+
+    trajectories = expert_trajectories(embedded_model, 1, 3, 3, seed=0)
+    width = max(len(t.token_ids) for t in trajectories)
+    arrays = {k: np.zeros((len(trajectories), width), dtype=np.int64) for k in ("input_ids", "attention_mask", "response_mask")}
+    for i, t in enumerate(trajectories):
+        arrays["input_ids"][i, : len(t.token_ids)] = t.token_ids
+        arrays["attention_mask"][i, : len(t.token_ids)] = 1
+        arrays["response_mask"][i, : len(t.token_ids)] = t.loss_mask
+    bare = BareStep(_bare_args(embedded_model), arrays, with_reference=True)
+    assert sum(len(ids) for ids, *_ in bare.micro) == len(trajectories)
+    with torch.no_grad():
+        for ids, mask, response, positions in bare.micro:
+            assert 0 < len(positions) < ids.shape[1] - 1  # fewer positions than the sequence
+            full = (BareStep._token_logprobs(bare.model, ids, mask, None) * response[:, 1:]).sum()
+            kept = (BareStep._token_logprobs(bare.model, ids, mask, positions) * response[:, 1:].index_select(1, positions)).sum()
+            torch.testing.assert_close(kept, full, rtol=1e-5, atol=1e-4)
+    before = [p.detach().clone() for p in bare.model.parameters()]
+    bare.step(reference=True)
+    assert any(not torch.equal(a, b) for a, b in zip(before, bare.model.parameters()))  # one AdamW step applied
+
+
+def _bare_args(model: str):
+    """The arguments BareStep reads, as the learner benchmark's parser gives them."""
+    import types
+
+    return types.SimpleNamespace(model=model, dtype="float32", micro_batch_size=2)
+
+
 def test_searchqa_retrieval_benchmark_json_shape_and_rows(tmp_path):
     """Tiny counts through the real service process; run_all turns the JSON into table rows."""
     from benchmarks import searchqa_retrieval
