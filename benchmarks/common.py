@@ -132,6 +132,13 @@ def limit_cpu_threads(threads: int) -> dict[str, Any]:
     return {"cpu_threads": threads, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
+def default_dtype() -> str:
+    """float32 on CPU (the embedded models' own precision); with a GPU, "auto" (a checkpoint's own, e.g. bfloat16)."""
+    import torch
+
+    return "auto" if torch.cuda.is_available() else "float32"
+
+
 def cpu_seconds() -> float:
     """CPU time (user + system) of this process and its live children (an env server it started).
 

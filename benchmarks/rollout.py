@@ -1,8 +1,15 @@
 """Rollout efficiency: LLMEnvRunner's generated tokens/s over raw vLLM on the same token work.
 
     python benchmarks/rollout.py                                  # embedded model, CPU
-    python benchmarks/rollout.py --model /models/Qwen2.5-7B-Instruct --dtype auto \\
-        --tasks 8 --group-size 8 --max-turns 8 --max-new-tokens 256  # a GPU, a real model
+    python benchmarks/rollout.py --model /models/Qwen2.5-7B-Instruct \\
+        --tasks 8 --group-size 8 --max-turns 8 --max-new-tokens 256 \\
+        --engine-option gpu_memory_utilization=0.85 --engine-option enforce_eager=false  # a GPU, a real model
+
+On a GPU the same command line works: `--dtype` defaults to the checkpoint's
+own (`auto`; float32 on CPU), `--cpu-threads` is ignored, every
+`--engine-option` goes to vLLM's `LLM(...)` as is (gpu_memory_utilization,
+tensor_parallel_size, enforce_eager: the project's engine defaults to eager
+mode, 0.5 of GPU memory), and the target is judged on the wall-time ratio.
 
 The runner plays a multi-turn TextCraft rollout (`sample(task_ids=...)`) with
 its env in-process and over HTTP (a real `python -m envs.textcraft` server).
@@ -35,7 +42,16 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/rollout.py`
 
-from benchmarks.common import cpu_seconds, emit, limit_cpu_threads, median, meta, model_path, quiet_logs  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    cpu_seconds,
+    default_dtype,
+    emit,
+    limit_cpu_threads,
+    median,
+    meta,
+    model_path,
+    quiet_logs,
+)
 
 TARGET = 0.85
 
@@ -172,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--model", default="embedded",
                         help="model path or hub id; 'embedded' / 'embedded-25m': the project's own Qwen2s")
     parser.add_argument("--engine", default="vllm", choices=["vllm"], help="the raw baseline replays on vLLM")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default=None, help="engine dtype (default: float32 on CPU, auto with a GPU)")
     parser.add_argument("--tasks", type=int, default=4, help="TextCraft tasks per rollout")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=4)
@@ -189,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     quiet_logs()
     threads = limit_cpu_threads(args.cpu_threads)
     args.model = model_path(args.model)
+    args.dtype = args.dtype or default_dtype()
 
     from rllib_agentgym.envs.registry import get_spec
 
