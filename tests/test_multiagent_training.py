@@ -146,6 +146,29 @@ def test_any_pettingzoo_env_through_the_runner(embedded_model):
         _check_own_tokens(traj, tokenizer)
 
 
+def test_pettingzoo_env_trains_from_a_yaml_style_config(ray_local):
+    """MultiAgentGRPO on agentgym/pettingzoo from the dict a YAML file gives: self-play on
+    rps_v2's parallel env, one shared policy (entropy bonus: all rewards are equal)."""
+    cfg = MultiAgentGRPOConfig().update_from_dict({
+        "env": "agentgym/pettingzoo",
+        "env_config": {"env_options": {"factory": "pettingzoo.classic.rps_v2:parallel_env", "env_kwargs": {"max_cycles": 2}}},
+        "multiagent": {"policies": ["shared"],
+                       "policy_mapping_fn": {"type": "rllib_agentgym.algorithms.grpo.multi_agent.PolicyMapping", "by": "shared"}},
+        "inference_engine": "hf", "max_model_len": 1024, "max_new_tokens": 8, "group_size": 2, "tasks_per_iteration": 1,
+        "max_turns": 3, "lr": 1e-3, "entropy_coeff": 0.01, "micro_batch_size": 8, "log_trajectories": 0, "seed": 0,
+    })
+    algo = cfg.build_algo()
+    try:
+        module = algo.learner_group._learner.module["shared"]
+        before = _params(module)
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert _changed(before, module) and "policy_loss" in result["learners"]["shared"]
+    stats = result["env_runners"]["policies"]["shared"]
+    assert stats["num_agent_episodes"] == 4 and stats["invalid_action_rate"] == 1.0  # 2 samples x 2 seats
+
+
 def test_pinned_task_ids_must_belong_to_the_split():
     assert pinned_task_ids("tictactoe", "train", None)[:3] == [1, 2, 3]
     assert pinned_task_ids("tictactoe", "train", [2, 1]) == [2, 1]
