@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.common.splits import holdout_split
 from envs.multiagent.base import MultiStepResult, check_actions
 
 NUM_TASKS = 1000
@@ -76,11 +77,7 @@ def num_tasks() -> int:
 
 
 def split_ids(split: str) -> list[int]:
-    if split == "test":
-        return [i for i in range(NUM_TASKS) if i % TEST_EVERY == 0]
-    if split == "train":
-        return [i for i in range(NUM_TASKS) if i % TEST_EVERY != 0]
-    raise KeyError(f"unknown split {split!r}; PettingZoo envs have 'train' and 'test'")
+    return holdout_split(split, NUM_TASKS, TEST_EVERY, "a PettingZoo env")
 
 
 def category(data_idx: int) -> str:

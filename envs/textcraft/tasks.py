@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from envs.common.splits import holdout_split
 from envs.textcraft.recipes import Recipe, RecipeBook, load_recipe_book
 
 TEST_EVERY = 5
@@ -59,12 +60,7 @@ def category(data_idx: int) -> str:
 
 
 def split_ids(split: str) -> list[int]:
-    n = num_tasks()
-    if split == "test":
-        return [i for i in range(n) if i % TEST_EVERY == 0]
-    if split == "train":
-        return [i for i in range(n) if i % TEST_EVERY != 0]
-    raise KeyError(f"unknown split {split!r}; TextCraft has 'train' and 'test'")
+    return holdout_split(split, num_tasks(), TEST_EVERY, "TextCraft")
 
 
 def _recipe_tree(book: RecipeBook, target: str, rng: random.Random) -> list[Recipe]:

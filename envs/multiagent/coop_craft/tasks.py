@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from envs.common.splits import holdout_split
 from envs.multiagent.coop_craft.recipes import BASE_ITEMS, GOALS, INTERMEDIATES, Recipe
 
 AGENTS = ("alice", "bob")
@@ -55,11 +56,8 @@ def category(data_idx: int) -> str:
 
 
 def split_ids(split: str) -> list[int]:
-    if split == "test":
-        return [i for i in range(NUM_TASKS) if (i // len(GOAL_NAMES)) % TEST_EVERY == 0]
-    if split == "train":
-        return [i for i in range(NUM_TASKS) if (i // len(GOAL_NAMES)) % TEST_EVERY != 0]
-    raise KeyError(f"unknown split {split!r}; CoopCraft has 'train' and 'test'")
+    # A seed's goals stay on one side: the test layouts are unseen in training.
+    return holdout_split(split, NUM_TASKS, TEST_EVERY, "CoopCraft", group=lambda i: i // len(GOAL_NAMES))
 
 
 def build_task(data_idx: int, n_decoys: int = 5) -> Task:
