@@ -158,6 +158,30 @@ def cpu_seconds() -> float:
     return total
 
 
+
+def process_tree_rss(root_pid: int, exclude: Sequence[int] = (), include_root: bool = True) -> int:
+    """Bytes of RSS of a process and its descendants (a server's JVMs or browser), minus the
+    subtrees rooted at `exclude`; 0 if the process is gone."""
+    import psutil
+
+    try:
+        root = psutil.Process(root_pid)
+        skipped = {pid for pid in exclude if psutil.pid_exists(pid)}
+        for pid in list(skipped):
+            skipped |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
+        procs = [c for c in root.children(recursive=True) if c.pid not in skipped]
+    except psutil.NoSuchProcess:
+        return 0
+    if include_root:
+        procs.insert(0, root)
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass  # a child that exited while we looked
+    return total
+
 # Embedded models by name: the default one and a larger sibling (DESIGN.md's 25M
 # reference size), built here from the same tokenizer and cached like the default.
 EMBEDDED_SIZES = {

@@ -48,7 +48,7 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/env_servers.py`
 
-from benchmarks.common import emit, median, meta, percentile  # noqa: E402
+from benchmarks.common import emit, median, meta, percentile, process_tree_rss  # noqa: E402
 
 FAMILIES = ("textcraft", "babyai", "sciworld", "searchqa", "webarena")
 # Resident size of one session's engine process, measured: a ScienceWorld JVM through a benchmark
@@ -116,23 +116,7 @@ def memory_session_cap(session_rss_mib: float, budget_gib: float, sides: int = 2
 
 def engine_rss_mib(root_pid: int, exclude: Sequence[int] = ()) -> float:
     """RSS of the processes under `root_pid` (its engines: JVMs, browsers), minus the `exclude` subtrees."""
-    import psutil
-
-    try:
-        root = psutil.Process(root_pid)
-        skipped = {pid for pid in exclude if psutil.pid_exists(pid)}
-        for pid in list(skipped):
-            skipped |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
-        procs = [c for c in root.children(recursive=True) if c.pid not in skipped]
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0
-    for proc in procs:
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total / 2**20
+    return process_tree_rss(root_pid, exclude, include_root=False) / 2**20
 
 
 class Driver:

@@ -38,28 +38,11 @@ from benchmarks.common import (  # noqa: E402
     median,
     meta,
     model_path,
+    process_tree_rss,
     quiet_logs,
 )
 
 MB = 2**20
-
-
-def tree_rss(pid: int) -> int:
-    """RSS of a process and all its descendants (a server's JVMs or browser)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for proc in procs:
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def _is_env_server(proc) -> bool:
@@ -96,9 +79,9 @@ def env_server_rows(driver: int, runners: dict[int, int]) -> dict[str, int]:
             key = f"server_{index_of[parent]}"
             while key in rows:
                 key += "+"
-            rows[key] = tree_rss(server.pid)
+            rows[key] = process_tree_rss(server.pid)
         else:
-            rows[f"server_actor_{owned}"] = tree_rss(parent)
+            rows[f"server_actor_{owned}"] = process_tree_rss(parent)
             owned += 1
     return rows
 
