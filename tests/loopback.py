@@ -1,15 +1,47 @@
-"""Servers on loopback for fault tests: an ASGI app served by uvicorn in a thread,
-and a socket that accepts connections but never answers (a hung server)."""
+"""Servers on loopback for tests: an ASGI app served by uvicorn in a thread, an env
+server module launched as a process, and a socket that accepts connections but never
+answers (a hung server)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
+import httpx
 import uvicorn
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextmanager
+def serve_module(module: str, *args: str, wait_s: float = 30.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`python -m MODULE --port 0 ARGS`: yields (its announced URL, the process) once /health answers;
+    terminates it on exit (its own shutdown closes what it started)."""
+    proc = subprocess.Popen([sys.executable, "-m", module, "--port", "0", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=REPO_ROOT)
+    try:
+        line = proc.stdout.readline().strip()
+        assert line.startswith("LISTENING http://127.0.0.1:"), line
+        url = line.split()[1]
+        deadline = time.monotonic() + wait_s
+        while True:  # uvicorn may need a moment after the announcement
+            try:
+                httpx.get(f"{url}/health", timeout=wait_s).raise_for_status()
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield url, proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 @contextmanager

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections import Counter
 
@@ -17,6 +15,7 @@ from envs.babyai.env import BabyAIEnv, normalize_action
 from envs.babyai.expert import ExpertAgent, ExpertGaveUp
 from envs.babyai.levels import LEVELS, level_of, seed_of
 from envs.babyai.server import create_app
+from loopback import serve_module
 
 #: One test-split task per paper category the bot solves, incl. multi-room and boss levels.
 SAMPLE_IDS = [1800 + level - 1 for level in (1, 6, 12, 17, 22, 30, 31, 33, 36, 38)]
@@ -353,25 +352,13 @@ def test_http_invalid_action_and_extra_routes(client):
 
 
 def test_cli_server_on_a_free_port():
-    proc = subprocess.Popen([sys.executable, "-m", "envs.babyai", "--port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline().strip()
-        assert line.startswith("LISTENING http://127.0.0.1:")
-        with httpx.Client(base_url=line.split()[1], timeout=30) as http:
-            for _ in range(100):  # uvicorn may need a moment after the announcement
-                try:
-                    assert http.get("/health").json()["env"] == "babyai"
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.05)
-            env_id = http.post("/create").json()["id"]
-            obs = http.post("/reset", json={"id": env_id, "data_idx": 0}).json()["observation"]
-            assert obs.startswith("Your goal: go to the red ball")
-            body = http.post("/step", json={"id": env_id, "action": "go to red ball 1"}).json()
-            assert body["done"] and body["info"]["success"] and body["reward"] > 0
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with serve_module("envs.babyai") as (url, _), httpx.Client(base_url=url, timeout=30) as http:
+        assert http.get("/health").json()["env"] == "babyai"
+        env_id = http.post("/create").json()["id"]
+        obs = http.post("/reset", json={"id": env_id, "data_idx": 0}).json()["observation"]
+        assert obs.startswith("Your goal: go to the red ball")
+        body = http.post("/step", json={"id": env_id, "action": "go to red ball 1"}).json()
+        assert body["done"] and body["info"]["success"] and body["reward"] > 0
 
 
 # -- client side ------------------------------------------------------------------

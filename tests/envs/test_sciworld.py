@@ -7,8 +7,6 @@ the one-task-per-category expert sweep is marked slow.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 
@@ -21,6 +19,7 @@ from envs.sciworld import tasks
 from envs.sciworld.env import CHECK_VALID_ACTIONS, EPISODE_OVER, SciWorldEnv
 from envs.sciworld.expert import ExpertAgent, list_on_arrival_path, task_text
 from envs.sciworld.server import create_app
+from loopback import serve_module
 
 # Short gold paths from three categories; use-thermometer pays partial credit on the way.
 EXPERT_SAMPLE = ("4-2", "7-2", "2-1")
@@ -492,24 +491,14 @@ def test_closed_sessions_give_back_the_server_processs_file_descriptors():
 
 
 def test_module_serves_on_a_free_port_and_stops_its_jvms():
-    proc = subprocess.Popen([sys.executable, "-m", "envs.sciworld", "--port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline().strip()
-        assert line.startswith("LISTENING http://127.0.0.1:")
-        with httpx.Client(base_url=line.split()[1], timeout=60) as http:
-            for _ in range(200):  # uvicorn may need a moment after the announcement
-                try:
-                    assert http.get("/health").json()["env"] == "sciworld"
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.05)
+    with serve_module("envs.sciworld", wait_s=60) as (url, proc):
+        with httpx.Client(base_url=url, timeout=60) as http:
+            assert http.get("/health").json()["env"] == "sciworld"
             created = http.post("/create", json={"data_idx": 0}).json()
             assert created["observation"].startswith("Task Description:")
         jvms = {p.pid for p in psutil.Process(proc.pid).children(recursive=True) if p.name().startswith("java")}
         assert len(jvms) == 1
-    finally:
-        proc.terminate()  # the server's shutdown closes every open session
-        proc.wait(timeout=30)
+    # the server's shutdown on SIGTERM closes every open session
     assert not _wait_gone(jvms)
 
 

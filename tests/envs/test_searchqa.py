@@ -4,10 +4,7 @@ retrieval, the retriever service, the env over HTTP and in-process, the expert."
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -38,6 +35,7 @@ from envs.searchqa.retrieval import (
 from envs.searchqa.retriever import create_retriever_app
 from envs.searchqa.server import create_app
 from envs.searchqa.world import FIELDS, extract, extract_quote, generate_world, get_world
+from loopback import serve_module
 
 
 def _test_ids(category: str, n: int) -> list[int]:
@@ -374,71 +372,38 @@ def test_concurrent_searches_are_merged_into_batches():
 
 
 def test_retriever_cli_serves_and_env_uses_it_by_url():
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envs.searchqa.retriever", "--port", "0", "--bm25-backend", "numpy"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    )
-    try:
-        line = proc.stdout.readline().strip()
-        assert line.startswith("LISTENING http://"), line
-        url = line.split()[1]
+    with serve_module("envs.searchqa.retriever", "--bm25-backend", "numpy") as (url, _):
         env = SearchQAEnv(retriever_url=url)
         for data_idx in _test_ids("gen-2hop", 3):
             obs = env.reset(data_idx)
             reply = _play(lambda a: vars(env.step(a)), ExpertAgent(env), obs)
             assert reply["reward"] == 1.0 and reply["info"]["success"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 # -- the env over HTTP ---------------------------------------------------------
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 def test_module_serves_on_a_free_port():
     """`python -m envs.searchqa --port 0`: create, reset, search, answer, close over real HTTP."""
     data_idx = _test_ids("gen-1hop", 1)[0]
     question = tasks.load_tasks()[data_idx].world_question
     (kind, field), = question.path
-    proc = subprocess.Popen([sys.executable, "-m", "envs.searchqa", "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, cwd=REPO_ROOT)
-    try:
-        line = proc.stdout.readline().strip()
-        assert line.startswith("LISTENING http://127.0.0.1:"), line
-        with httpx.Client(base_url=line.split()[1], timeout=60) as http:
-            health = None
-            for _ in range(100):  # uvicorn may need a moment after the announcement
-                try:
-                    health = http.get("/health").json()
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.05)
-            assert health is not None and health["env"] == "searchqa"
-            env_id = http.post("/create", json={}).json()["id"]
-            reset = http.post("/reset", json={"id": env_id, "data_idx": data_idx}).json()
-            assert reset["observation"] == f"Question: {question.text}" and reset["done"] is False
+    with serve_module("envs.searchqa") as (url, _), httpx.Client(base_url=url, timeout=60) as http:
+        assert http.get("/health").json()["env"] == "searchqa"
+        env_id = http.post("/create", json={}).json()["id"]
+        reset = http.post("/reset", json={"id": env_id, "data_idx": data_idx}).json()
+        assert reset["observation"] == f"Question: {question.text}" and reset["done"] is False
 
-            searched = http.post("/step", json={"id": env_id, "action": f"<think>find it</think><search>{question.start}</search>"}).json()
-            assert (searched["reward"], searched["done"], searched["info"]["action"]) == (0, False, "search")
-            pages = dict(parse_information(searched["observation"]))
-            assert len(pages) == 3 and question.start in pages  # the default top-k
-            answer = extract(kind, field, pages[question.start])  # read off the page the server returned
+        searched = http.post("/step", json={"id": env_id, "action": f"<think>find it</think><search>{question.start}</search>"}).json()
+        assert (searched["reward"], searched["done"], searched["info"]["action"]) == (0, False, "search")
+        pages = dict(parse_information(searched["observation"]))
+        assert len(pages) == 3 and question.start in pages  # the default top-k
+        answer = extract(kind, field, pages[question.start])  # read off the page the server returned
 
-            answered = http.post("/step", json={"id": env_id, "action": f"<answer>{answer}</answer>"}).json()
-            assert (answered["reward"], answered["done"], answered["info"]["success"]) == (1.0, True, True)
-            assert http.get("/observation", params={"id": env_id}).json() == "Your answer is correct."
-            assert http.post("/close", json={"id": env_id}).json() is True
-            assert http.post("/step", json={"id": env_id, "action": "<answer>x</answer>"}).status_code == 404
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
+        answered = http.post("/step", json={"id": env_id, "action": f"<answer>{answer}</answer>"}).json()
+        assert (answered["reward"], answered["done"], answered["info"]["success"]) == (1.0, True, True)
+        assert http.get("/observation", params={"id": env_id}).json() == "Your answer is correct."
+        assert http.post("/close", json={"id": env_id}).json() is True
+        assert http.post("/step", json={"id": env_id, "action": "<answer>x</answer>"}).status_code == 404
 
 
 def test_expert_answers_two_hop_questions_through_the_server(client):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections import Counter
 
 import httpx
@@ -16,6 +13,7 @@ from envs.textcraft.env import TextCraftEnv
 from envs.textcraft.expert import ExpertAgent
 from envs.textcraft.recipes import load_recipe_book
 from envs.textcraft.server import create_app
+from loopback import serve_module
 
 MAX_EXPERT_STEPS = 60
 
@@ -268,26 +266,11 @@ def test_server_errors_are_json(client):
 
 
 def test_module_serves_on_a_free_port():
-    proc = subprocess.Popen([sys.executable, "-m", "envs.textcraft", "--port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline().strip()
-        assert line.startswith("LISTENING http://127.0.0.1:")
-        url = line.split()[1]
-        with httpx.Client(base_url=url, timeout=30) as http:
-            health = None
-            for _ in range(100):  # uvicorn may need a moment after the announcement
-                try:
-                    health = http.get("/health").json()
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.05)
-            assert health is not None and health["env"] == "textcraft"
-            created = http.post("/create", json={"data_idx": 5}).json()
-            assert created["observation"] == TextCraftEnv().reset(5)
-            assert http.post("/step", json={"id": created["id"], "action": "inventory"}).json()["observation"].startswith("Inventory")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with serve_module("envs.textcraft") as (url, _), httpx.Client(base_url=url, timeout=30) as http:
+        assert http.get("/health").json()["env"] == "textcraft"
+        created = http.post("/create", json={"data_idx": 5}).json()
+        assert created["observation"] == TextCraftEnv().reset(5)
+        assert http.post("/step", json={"id": created["id"], "action": "inventory"}).json()["observation"].startswith("Inventory")
 
 
 # -- client spec ------------------------------------------------------------------
