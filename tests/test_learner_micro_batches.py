@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import types
 
 import numpy as np
 import pytest
 import torch
 
-from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
+from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 from rllib_agentgym.algorithms.grpo.torch import grpo_torch_learner
 from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import micro_batches_by_length
-from rllib_agentgym.core.trajectory import Trajectory
 from rllib_agentgym.envs.gym_env import text_space
+from learner_batches import LENGTHS, grpo_batch
 
-LENGTHS = [40, 90, 55, 120, 30, 75]
 
 
 def test_micro_batches_group_rows_by_length():
@@ -29,20 +27,8 @@ def _in_batch_order(lengths, micro):
     return [np.arange(i, min(i + micro, len(lengths))) for i in range(0, len(lengths), micro)]
 
 
-def _batch(config):
-    rng = np.random.default_rng(0)
-    trajectories = []
-    for i, n in enumerate(LENGTHS):
-        t = Trajectory(env="textcraft", data_idx=i // 3, group_id=i // 3)
-        t.append(rng.integers(3, 1900, size=n // 2).tolist(), generated=False)
-        t.append(rng.integers(3, 1900, size=n - n // 2).tolist(), generated=True, logprobs=[-1.0] * (n - n // 2))
-        t.reward = float(i % 3)
-        trajectories.append(t)
-    return GRPO._build_batch(types.SimpleNamespace(config=config), trajectories)
-
-
 def _update(learner_group, config):
-    batch = _batch(config)
+    batch = grpo_batch(config)
     results = learner_group.update(batch=batch, minibatch_size=None, num_epochs=1, shuffle_batch_per_epoch=False,
                                    timesteps={"num_env_steps_sampled_lifetime": 0})
     learner = learner_group._learner

@@ -10,19 +10,16 @@
 from __future__ import annotations
 
 import math
-import types
 
-import numpy as np
 import pytest
 import torch
 
-from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
+from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import GRPOTorchLearner
 from rllib_agentgym.core.rl_module import load_causal_lm
-from rllib_agentgym.core.trajectory import Trajectory
 from rllib_agentgym.envs.gym_env import text_space
+from learner_batches import grpo_batch
 
-LENGTHS = [40, 90, 55, 120, 30, 75]  # six trajectories, two groups of three
 EPS = 0.02  # clip range [0.98, 1.02]: small, so one lr-1e-3 step leaves it on many tokens
 KL_COEF = 0.1
 GNORM = "gradients_default_optimizer_global_norm"  # RLlib's pre-clip global norm
@@ -58,18 +55,6 @@ class RecordingLearner(GRPOTorchLearner):
         super().apply_gradients(gradients_dict)
 
 
-def _batch(config):
-    rng = np.random.default_rng(0)
-    trajectories = []
-    for i, n in enumerate(LENGTHS):
-        t = Trajectory(env="textcraft", data_idx=i // 3, group_id=i // 3)
-        t.append(rng.integers(3, 1900, size=n // 2).tolist(), generated=False)
-        t.append(rng.integers(3, 1900, size=n - n // 2).tolist(), generated=True, logprobs=[-1.0] * (n - n // 2))
-        t.reward = float(i % 3)  # rewards 0, 1, 2 in each group: advantages -1.22, 0, 1.22
-        trajectories.append(t)
-    return GRPO._build_batch(types.SimpleNamespace(config=config), trajectories)
-
-
 def _learner_group(embedded_model, **training):
     config = (
         GRPOConfig()
@@ -84,7 +69,7 @@ def _learner_group(embedded_model, **training):
 
 
 def _update(learner_group, config, *, num_epochs=1, minibatch_size=None):
-    results = learner_group.update(batch=_batch(config), minibatch_size=minibatch_size, num_epochs=num_epochs,
+    results = learner_group.update(batch=grpo_batch(config), minibatch_size=minibatch_size, num_epochs=num_epochs,
                                    shuffle_batch_per_epoch=False, timesteps={"num_env_steps_sampled_lifetime": 0})
     return {k: v.peek() for k, v in results[0]["default_policy"].items()}
 
