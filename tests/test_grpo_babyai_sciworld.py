@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from rllib_agentgym.cli import main
+from run_files import trial_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,7 +101,7 @@ def _train_shortened(example: str, tmp_path: Path, **config) -> tuple[list[dict]
 
     assert main(["train", "file", str(path), "--storage-path", str(tmp_path / "results"), "-v", "0"]) == 0
     (trial,) = list((tmp_path / "results" / name).glob("GRPO_*"))
-    results = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+    results = trial_results(trial)
     assert [r["training_iteration"] for r in results] == [1, 2]
     return results, trial
 

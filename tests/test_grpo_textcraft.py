@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
-import yaml
 
 from rllib_agentgym.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
+from run_files import shortened_example, tensorboard_scalars, trial_results
 
 
 # The scalars the issue asks TensorBoard to show, under the tags Tune's TensorBoard logger gives
@@ -29,37 +25,15 @@ TB_SCALARS = [
 ]
 
 
-def _tensorboard_scalars(trial: Path) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} of the trial's own event files, read by TensorBoard's EventAccumulator."""
-    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
-
-    out: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(trial.glob("events.out.tfevents.*")):
-        events = EventAccumulator(str(path), size_guidance={SCALARS: 0})
-        events.Reload()
-        for tag in events.Tags()[SCALARS]:
-            out.setdefault(tag, []).extend((e.step, e.value) for e in events.Scalars(tag))
-    return out
-
-
-def _results(trial: Path) -> list[dict]:
-    return [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
-
-
 def test_textcraft_cpu_yaml_trains_checkpoints_and_restores(ray_local, tmp_path):
-    spec = yaml.safe_load((ROOT / "tuned_examples" / "textcraft_cpu.yaml").read_text())
-    exp = spec["textcraft-grpo-cpu"]
     # Same file, smaller budget: 3 iterations, horizon 2 then 4 from iteration 2 on.
-    exp["stop"] = {"training_iteration": 3}
-    exp["checkpoint_config"] = {"checkpoint_frequency": 2, "checkpoint_at_end": True}
-    exp["config"].update(group_size=2, tasks_per_iteration=2, max_new_tokens=16)
-    exp["config"]["scaling_inter"] = {"schedule": [2, 4], "interval": 2}
-    path = tmp_path / "textcraft.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path, _, _ = shortened_example("textcraft_cpu.yaml", tmp_path, 3, checkpoint_frequency=2, checkpoint_at_end=True,
+                                   group_size=2, tasks_per_iteration=2, max_new_tokens=16,
+                                   scaling_inter={"schedule": [2, 4], "interval": 2})
 
     assert main(["train", "file", str(path), "--storage-path", str(tmp_path / "results"), "-v", "0"]) == 0
     (trial,) = list((tmp_path / "results" / "textcraft-grpo-cpu").glob("GRPO_*"))
-    results = _results(trial)
+    results = trial_results(trial)
     assert [r["training_iteration"] for r in results] == [1, 2, 3]
     # ScalingInter: h(0)=h(1)=2, h(2)=4.
     assert [r["env_runners"]["horizon"] for r in results] == [2, 2, 4]
@@ -72,7 +46,7 @@ def test_textcraft_cpu_yaml_trains_checkpoints_and_restores(ray_local, tmp_path)
         assert r["env_runners"]["num_episodes"] == 4
     # TensorBoard event files (Tune's scalars and our extras), trajectories for the viewer.
     assert list(trial.glob("events.out.tfevents.*"))
-    scalars = _tensorboard_scalars(trial)
+    scalars = tensorboard_scalars(trial)
     for tag in TB_SCALARS:
         assert len(scalars.get(tag, [])) == 3, (tag, sorted(scalars))  # one per iteration
         assert all(math.isfinite(value) for _, value in scalars[tag]), (tag, scalars[tag])

@@ -4,31 +4,24 @@ the runner launches `python -m envs.webarena`, Chromium plays the embedded sites
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-import yaml
 
 from rllib_agentgym.cli import main
+from run_files import shortened_example, trial_results
 
-ROOT = Path(__file__).resolve().parents[1]
 SITES = {"shopping", "reddit", "gitlab"}
 
 
 @pytest.mark.slow  # vLLM start, a WebArena server with Chromium, one GRPO iteration: minutes on 2 cores
 def test_webarena_cpu_yaml_trains_one_iteration(ray_local, tmp_path):
-    spec = yaml.safe_load((ROOT / "tuned_examples" / "webarena_cpu.yaml").read_text())
-    exp = spec["webarena-grpo-cpu"]
     # Same file, smaller budget: 1 iteration of 3 tasks x 2 rollouts at the first horizon (2 turns).
-    exp["stop"] = {"training_iteration": 1}
-    exp["checkpoint_config"] = {"checkpoint_frequency": 0, "checkpoint_at_end": False}
-    exp["config"].update(group_size=2, tasks_per_iteration=3, max_new_tokens=16)
-    path = tmp_path / "webarena.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path, _, _ = shortened_example("webarena_cpu.yaml", tmp_path, 1, group_size=2, tasks_per_iteration=3,
+                                   max_new_tokens=16)
 
     assert main(["train", "file", str(path), "--storage-path", str(tmp_path / "results"), "-v", "0"]) == 0
     (trial,) = list((tmp_path / "results" / "webarena-grpo-cpu").glob("GRPO_*"))
-    (result,) = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+    (result,) = trial_results(trial)
     runners = result["env_runners"]
     assert runners["horizon"] == 2 and runners["num_episodes"] == 6
     assert runners["num_dropped_episodes"] == 0 and runners["num_skipped_episodes"] == 0

@@ -13,6 +13,7 @@ import yaml
 
 from rllib_agentgym.cli import main
 from rllib_agentgym.env_runners.engines import SamplingConfig
+from run_files import trial_results
 
 ROOT = Path(__file__).resolve().parents[1]
 GREEDY = SamplingConfig(max_new_tokens=16, temperature=0.0)
@@ -86,7 +87,7 @@ def test_multiagent_example_trains_checkpoints_restores_and_evaluates(ray_local,
     path = _shortened(name, tmp_path)
     assert main(["train", "file", str(path), "--storage-path", str(tmp_path / "results"), "-v", "0"]) == 0
     (trial,) = list((tmp_path / "results" / experiment).glob("MultiAgentGRPO_*"))
-    results = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+    results = trial_results(trial)
     assert [r["training_iteration"] for r in results] == [1, 2]
     assert [r["env_runners"]["horizon"] for r in results] == [2, 3]  # ScalingInter: h(0)=2, h(1)=3
     for r in results:

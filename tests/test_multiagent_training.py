@@ -157,14 +157,8 @@ def test_pettingzoo_env_trains_from_a_yaml_style_config(ray_local):
         "inference_engine": "hf", "max_model_len": 1024, "max_new_tokens": 8, "group_size": 2, "tasks_per_iteration": 1,
         "max_turns": 3, "lr": 1e-3, "entropy_coeff": 0.01, "micro_batch_size": 8, "log_trajectories": 0, "seed": 0,
     })
-    algo = cfg.build_algo()
-    try:
-        module = algo.learner_group._learner.module["shared"]
-        before = _params(module)
-        result = algo.train()
-    finally:
-        algo.stop()
-    assert _changed(before, module) and "policy_loss" in result["learners"]["shared"]
+    changed, result = _train_once(cfg, "shared")
+    assert changed and "policy_loss" in result["learners"]["shared"]
     stats = result["env_runners"]["policies"]["shared"]
     assert stats["num_agent_episodes"] == 4 and stats["invalid_action_rate"] == 1.0  # 2 samples x 2 seats
 
@@ -204,6 +198,18 @@ def _changed(before: dict, module) -> bool:
     return any(not torch.equal(before[k], v) for k, v in module.llm.named_parameters())
 
 
+def _train_once(cfg, policy: str) -> tuple[bool, dict]:
+    """One iteration of `cfg`'s algorithm: (whether `policy`'s weights moved, the result)."""
+    algo = cfg.build_algo()
+    try:
+        module = algo.learner_group._learner.module[policy]
+        before = _params(module)
+        result = algo.train()
+        return _changed(before, module), result
+    finally:
+        algo.stop()
+
+
 def test_shared_policy_trains(ray_local):
     """Self-play (the default mapping) trains "shared"; periodic evaluation plays the random opponent."""
     cfg = (
@@ -212,15 +218,8 @@ def test_shared_policy_trains(ray_local):
         .evaluation(evaluation_interval=1, evaluation_num_tasks=1, evaluation_opponent="random")
     )
     cfg.log_trajectories = 0
-    algo = cfg.build_algo()
-    try:
-        module = algo.learner_group._learner.module["shared"]
-        before = _params(module)
-        result = algo.train()
-    finally:
-        algo.stop()
-    assert _changed(before, module)
-    assert "shared" in result["learners"]
+    changed, result = _train_once(cfg, "shared")
+    assert changed and "shared" in result["learners"]
     stats = result["env_runners"]["policies"]["shared"]
     assert stats["num_agent_episodes"] == 8  # 2 tasks x 2 samples x 2 agents
     assert stats["win_rate"] + stats["draw_rate"] + stats["loss_rate"] + stats["unfinished_rate"] == pytest.approx(1.0)
@@ -264,14 +263,19 @@ def test_separate_policies_train_and_frozen_one_stays(ray_local, tmp_path):
     assert report.env == "tictactoe" and report.policy == "x" and report.scores["overall"]["num_games"] == 2
 
 
-def test_rllib_evaluate_against_random_opponent(tmp_path, capsys):
+def _rllib_evaluate(tmp_path, capsys, env: str, opponent: str, num_tasks: int) -> tuple[str, dict]:
+    """`rllib evaluate embedded --env ENV --opponent OPPONENT` on transformers: (its table, its JSON report)."""
     from rllib_agentgym.cli import main
 
     out = tmp_path / "eval.json"
-    assert main(["evaluate", "embedded", "--env", "agentgym/tictactoe", "--opponent", "random", "--num-tasks", "2",
+    assert main(["evaluate", "embedded", "--env", env, "--opponent", opponent, "--num-tasks", str(num_tasks),
                  "--engine", "hf", "--max-new-tokens", "8", "--no-progress", "--json", str(out)]) == 0
-    assert "vs random" in capsys.readouterr().out
-    report = json.loads(out.read_text())
+    return capsys.readouterr().out, json.loads(out.read_text())
+
+
+def test_rllib_evaluate_against_random_opponent(tmp_path, capsys):
+    table, report = _rllib_evaluate(tmp_path, capsys, "agentgym/tictactoe", "random", num_tasks=2)
+    assert "vs random" in table
     overall = report["overall"]
     assert overall["num_games"] == 4  # 2 tasks x 2 seats
     assert overall["win_rate"] + overall["draw_rate"] + overall["loss_rate"] == pytest.approx(1.0)
@@ -367,13 +371,8 @@ def test_connect_four_llm_against_the_heuristic_in_the_runner(embedded_model):
 
 
 def test_rllib_evaluate_connect_four_against_the_heuristic(tmp_path, capsys):
-    from rllib_agentgym.cli import main
-
-    out = tmp_path / "eval.json"
-    assert main(["evaluate", "embedded", "--env", "agentgym/connect_four", "--opponent", "heuristic", "--num-tasks", "1",
-                 "--engine", "hf", "--max-new-tokens", "8", "--no-progress", "--json", str(out)]) == 0
-    assert "**connect_four** vs heuristic" in capsys.readouterr().out
-    report = json.loads(out.read_text())
+    table, report = _rllib_evaluate(tmp_path, capsys, "agentgym/connect_four", "heuristic", num_tasks=1)
+    assert "**connect_four** vs heuristic" in table
     assert report["opponent"] == "heuristic" and report["overall"]["num_games"] == 2  # 1 task x 2 seats
     # The random-init model never writes a legal move: it forfeits from both seats.
     assert report["overall"]["loss_rate"] == 1.0 and sorted(report["roles"]) == ["O", "X"]

@@ -18,6 +18,7 @@ from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import VALUE_OPTIMI
 from rllib_agentgym.cli import main
 from rllib_agentgym.envs.gym_env import text_space
 from test_scale import _synthetic_trajectories
+from run_files import trial_results
 
 ROOT = Path(__file__).resolve().parents[1]
 LR, VF_LR = 1e-5, 3e-3
@@ -65,7 +66,7 @@ def test_value_head_steps_at_vf_lr_and_the_llm_at_lr():
 
 def _trial_results(storage: Path, experiment: str) -> list[dict]:
     (trial,) = list((storage / experiment).glob("AgentPPO_*"))
-    return [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+    return trial_results(trial)
 
 
 def test_agent_ppo_yaml_trains_through_the_cli(ray_local, tmp_path):

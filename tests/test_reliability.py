@@ -565,45 +565,61 @@ def test_training_result_reports_format_error_rates_of_the_batch(ray_local, embe
         assert runners["format_error_rate_by_kind"][kind] == kinds.count(kind) / len(kinds), kind
 
 
-def test_resumed_run_continues_exactly_like_an_uninterrupted_one(ray_local, embedded_model, tmp_path, no_home_results):
-    from ray.rllib.algorithms.algorithm import Algorithm
-
-    algo = _tiny_grpo().build_algo()
+def _save_then_train_once_more(config, iterations: int, checkpoint_dir: Path) -> dict:
+    """Train `iterations`, save, and play one more iteration: what an uninterrupted run does next."""
+    algo = config.build_algo()
     try:
-        algo.train()
-        checkpoint = algo.save_to_path(str(tmp_path / "checkpoint"))
-        weights_at_save = _weights(algo)
-        optimizer_at_save = _optimizer_tensors(algo)
-        assert optimizer_at_save  # Adam moments exist after one update
+        for _ in range(iterations):
+            algo.train()
+        saved = {"checkpoint": algo.save_to_path(str(checkpoint_dir)), "weights": _weights(algo),
+                 "optimizer": _optimizer_tensors(algo)}
         seen = _capture_rollouts(algo)
-        uninterrupted = algo.train()
-        expected_rollout, expected_weights = seen[0], _weights(algo)
+        saved["result"] = algo.train()
+        saved["rollout"], saved["next_weights"] = seen[0], _weights(algo)
+        return saved
     finally:
         algo.stop()
 
-    resumed = Algorithm.from_checkpoint(checkpoint)
+
+def _restore_and_train_once(saved: dict, iterations: int):
+    """Restore the checkpoint and play the next iteration: (its rollout, weights after it, its result)."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    resumed = Algorithm.from_checkpoint(saved["checkpoint"])
     try:
-        assert resumed.iteration == 1
-        assert resumed.env_runner_group.local_env_runner.get_max_turns() == 2  # h(1)
-        for a, b in zip(_optimizer_tensors(resumed), optimizer_at_save, strict=True):
+        assert resumed.iteration == iterations
+        for a, b in zip(_optimizer_tensors(resumed), saved["optimizer"], strict=True):
             np.testing.assert_array_equal(a, b)
+        for name, value in _weights(resumed).items():
+            np.testing.assert_array_equal(value, saved["weights"][name], err_msg=name)
+        assert resumed.env_runner_group.local_env_runner.get_max_turns() == iterations + 1  # h(it) = it + 1
         seen = _capture_rollouts(resumed)
         result = resumed.train()
-        rollout, weights = seen[0], _weights(resumed)
+        return seen[0], _weights(resumed), result
     finally:
         resumed.stop()
 
-    assert rollout.trajectories and any(not np.array_equal(weights[k], weights_at_save[k]) for k in weights)
-    assert result["training_iteration"] == uninterrupted["training_iteration"] == 2
-    assert result["env_runners"]["horizon"] == uninterrupted["env_runners"]["horizon"] == 2
-    # Same tasks, same sampled tokens, same rewards ...
+
+def _assert_same_next_iteration(saved: dict, rollout, weights, result, iterations: int) -> None:
+    uninterrupted, expected = saved["result"], saved["rollout"]
+    assert result["training_iteration"] == uninterrupted["training_iteration"] == iterations + 1
+    assert result["env_runners"]["horizon"] == uninterrupted["env_runners"]["horizon"] == iterations + 1
+    # Same tasks, same group ids, same sampled tokens, same rewards ...
+    assert rollout.trajectories
     assert [(t.data_idx, t.group_id, t.token_ids, t.reward) for t in rollout.trajectories] == [
-        (t.data_idx, t.group_id, t.token_ids, t.reward) for t in expected_rollout.trajectories
+        (t.data_idx, t.group_id, t.token_ids, t.reward) for t in expected.trajectories
     ]
     # ... and the same parameters after the update (optimizer state and step count included).
-    assert weights.keys() == expected_weights.keys()
+    assert weights.keys() == saved["next_weights"].keys()
+    assert any(not np.array_equal(weights[k], saved["weights"][k]) for k in weights)
     for name in weights:
-        np.testing.assert_array_equal(weights[name], expected_weights[name], err_msg=name)
+        np.testing.assert_array_equal(weights[name], saved["next_weights"][name], err_msg=name)
+
+
+def test_resumed_run_continues_exactly_like_an_uninterrupted_one(ray_local, embedded_model, tmp_path, no_home_results):
+    saved = _save_then_train_once_more(_tiny_grpo(), 1, tmp_path / "checkpoint")
+    assert saved["optimizer"]  # Adam moments exist after one update
+    _assert_same_next_iteration(saved, *_restore_and_train_once(saved, 1), iterations=1)
 
 
 @pytest.mark.slow  # two vLLM engines and five GRPO iterations: ~1-2 min on a loaded 2-core machine
@@ -613,48 +629,8 @@ def test_run_resumed_at_a_later_iteration_on_vllm_continues_like_an_uninterrupte
     iteration 3 exactly as the uninterrupted run does: the iteration count, the schedule's
     horizon h(2) = 3, the optimizer state, the task draw and group ids, and (vLLM's per-request
     seeds on the same restored weights) the sampled tokens, rewards and updated parameters."""
-    from ray.rllib.algorithms.algorithm import Algorithm
-
     config = _tiny_grpo().llm(inference_engine="vllm", tasks_per_iteration=2)
-    algo = config.build_algo()
-    try:
-        algo.train()
-        algo.train()
-        checkpoint = algo.save_to_path(str(tmp_path / "checkpoint"))
-        weights_at_save, optimizer_at_save = _weights(algo), _optimizer_tensors(algo)
-        seen = _capture_rollouts(algo)
-        uninterrupted = algo.train()
-        expected_rollout, expected_weights = seen[0], _weights(algo)
-    finally:
-        algo.stop()
-
-    resumed = Algorithm.from_checkpoint(checkpoint)
-    try:
-        assert resumed.iteration == 2
-        runner = resumed.env_runner_group.local_env_runner
-        assert runner.get_max_turns() == 3 and runner.config.inference_engine == "vllm"
-        for a, b in zip(_optimizer_tensors(resumed), optimizer_at_save, strict=True):
-            np.testing.assert_array_equal(a, b)
-        for name, value in _weights(resumed).items():
-            np.testing.assert_array_equal(value, weights_at_save[name], err_msg=name)
-        seen = _capture_rollouts(resumed)
-        result = resumed.train()
-        rollout, weights = seen[0], _weights(resumed)
-    finally:
-        resumed.stop()
-
-    assert result["training_iteration"] == uninterrupted["training_iteration"] == 3
-    assert result["env_runners"]["horizon"] == uninterrupted["env_runners"]["horizon"] == 3
+    saved = _save_then_train_once_more(config, 2, tmp_path / "checkpoint")
+    rollout, weights, result = _restore_and_train_once(saved, 2)
     assert max(t.num_turns for t in rollout.trajectories) == 3
-    # The same draw (tasks, group ids), the same sampled tokens and rewards ...
-    assert [(t.data_idx, t.group_id) for t in rollout.trajectories] == [
-        (t.data_idx, t.group_id) for t in expected_rollout.trajectories
-    ]
-    assert [(t.token_ids, t.reward) for t in rollout.trajectories] == [
-        (t.token_ids, t.reward) for t in expected_rollout.trajectories
-    ]
-    # ... and the same parameters after the update.
-    assert weights.keys() == expected_weights.keys() and any(
-        not np.array_equal(weights[k], weights_at_save[k]) for k in weights)
-    for name in weights:
-        np.testing.assert_array_equal(weights[name], expected_weights[name], err_msg=name)
+    _assert_same_next_iteration(saved, rollout, weights, result, iterations=2)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from run_files import tensorboard_scalars, trial_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,19 +18,6 @@ def _example():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _scalars(path: Path) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} of the event files in `path`, read by TensorBoard's EventAccumulator."""
-    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
-
-    out: dict[str, list[tuple[int, float]]] = {}
-    for events_file in sorted(path.glob("events.out.tfevents.*")):
-        events = EventAccumulator(str(events_file), size_guidance={SCALARS: 0})
-        events.Reload()
-        for tag in events.Tags()[SCALARS]:
-            out.setdefault(tag, []).extend((e.step, e.value) for e in events.Scalars(tag))
-    return out
 
 
 def test_optuna_search_with_asha_runs_two_trials(ray_local, tmp_path):
@@ -64,7 +52,7 @@ def test_optuna_search_with_asha_runs_two_trials(ray_local, tmp_path):
     assert len(trials) == 2
     configs = []
     for trial in trials:
-        rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+        rows = trial_results(trial)
         iterations = [r["training_iteration"] for r in rows]
         assert iterations in ([1], [1, 2])  # stopped by ASHA at its rung, or run to max_t
         config = rows[0]["config"]
@@ -73,7 +61,7 @@ def test_optuna_search_with_asha_runs_two_trials(ray_local, tmp_path):
         configs.append((config["lr"], config["kl_coef"], config["group_size"]))
 
         # Tune's scalars, one per iteration, equal to the result rows.
-        scalars = _scalars(trial)
+        scalars = tensorboard_scalars(trial)
         returns = scalars["ray/tune/env_runners/episode_return_mean"]
         assert [step for step, _ in returns] == iterations
         assert [v for _, v in returns] == pytest.approx([r["env_runners"]["episode_return_mean"] for r in rows])
