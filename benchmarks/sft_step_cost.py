@@ -53,13 +53,14 @@ def step_seconds(llm, batch, micro: int, trained_only: bool) -> float:
     import torch
 
     from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import micro_batches_by_length, trim_to_longest
+    from rllib_agentgym.core.precision import autocast
     from rllib_agentgym.core.rl_module import token_logprobs_and_entropy
 
     tokens = batch["response_mask"].sum()
     started = time.perf_counter()
     for rows in micro_batches_by_length(batch["attention_mask"].sum(dim=1).numpy(), micro):
         part = trim_to_longest({k: v[torch.as_tensor(rows)] for k, v in batch.items()})
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast("cpu", torch.bfloat16):  # as the learner: bf16 where the CPU has bf16 units
             out = token_logprobs_and_entropy(llm, part["input_ids"], part["attention_mask"], False,
                                              token_mask=part["response_mask"] if trained_only else None)
         (-(out["logprobs"] * part["response_mask"]).sum() / tokens).backward()

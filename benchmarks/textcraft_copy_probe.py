@@ -111,6 +111,7 @@ def main(argv=None) -> dict:
     from rllib_agentgym.agent_model import AgentRecipe
     from rllib_agentgym.algorithms.sft.induction import InductionConfig, train_induction, warmup_factor
     from rllib_agentgym.core.embedded import embedded_model_path
+    from rllib_agentgym.core.precision import autocast
 
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -130,7 +131,7 @@ def main(argv=None) -> dict:
                                rng if rng.random() < args.renamed else None, tokenizer, args.names)
                 for _ in range(args.batch_size)]
         ids, labels, mask = make_batch(rows, tokenizer)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast("cpu", torch.bfloat16):  # as AgentSFT: bf16 where the CPU has bf16 units
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -94,7 +94,7 @@ class AgentRecipe:
     induction_steps: int = 0  # induction pretraining steps before AgentSFT (algorithms/sft/induction.py)
     copy_conversations: int = 0  # random-text copy conversations mixed into the SFT data (same module)
     max_model_len: int = 1536  # longer conversations are cut (their first turns still train)
-    model_dtype: str = "bfloat16"  # mixed precision: ~2x faster on CPUs with AVX512-BF16 / AMX
+    model_dtype: str = "bfloat16"  # mixed precision: ~2x faster on CPUs with AVX512-BF16 / AMX (float32 without)
     seed: int = 0
 
     def fingerprint(self) -> str:

@@ -9,7 +9,9 @@
     entropy_grad:            keep the entropy's graph (for an entropy bonus in the loss)
     autocast:                "bfloat16" | "float16": forward_train under torch.autocast (fp32
                              weights and optimizer, low-precision matmuls: ~2x faster training
-                             on CPUs with AVX512-BF16 / AMX); None: full precision
+                             on CPUs with AVX512-BF16 / AMX; a CPU without them, where the
+                             emulation is many times slower, trains in float32: core/precision.py);
+                             None: full precision
     lora:                    {r, alpha, dropout, target_modules}: train a peft LoRA adapter only
     value_head:              add a scalar value head on the last hidden state (PPO)
 
@@ -38,6 +40,7 @@ from ray.rllib.utils.numpy import convert_to_numpy
 from rllib_agentgym.algorithms.losses import entropy_from_logits, logprobs_from_logits
 from rllib_agentgym.core import lora as lora_lib
 from rllib_agentgym.core.embedded import resolve_model_path
+from rllib_agentgym.core.precision import autocast
 
 VALUE_HEAD_PREFIX = "value_head."
 
@@ -148,8 +151,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             return token_logprobs_and_entropy(self.llm, batch["input_ids"], batch["attention_mask"], False)
 
     def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
-        device = batch["input_ids"].device.type
-        with torch.autocast(device, dtype=self._autocast or torch.bfloat16, enabled=self._autocast is not None):
+        with autocast(batch["input_ids"].device.type, self._autocast):
             return token_logprobs_and_entropy(
                 self.llm,
                 batch["input_ids"],

@@ -103,10 +103,12 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
 
 def train_induction(model, tokenizer, config: InductionConfig = InductionConfig(),
                     log: Callable[[str], None] = print) -> dict:
-    """Train a causal LM in place on `config.steps` induction batches (bf16 autocast, fp32 weights,
-    as AgentSFT trains). Returns {"steps", "seconds", "first_loss", "final_loss" (mean of the last 10),
+    """Train a causal LM in place on `config.steps` induction batches (bf16 autocast where the CPU
+    has bf16 units, fp32 weights, as AgentSFT trains). Returns {"steps", "seconds", "first_loss", "final_loss" (mean of the last 10),
     "curve" ([step, loss] every 50 steps)}."""
     import torch
+
+    from rllib_agentgym.core.precision import autocast
 
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
@@ -118,7 +120,7 @@ def train_induction(model, tokenizer, config: InductionConfig = InductionConfig(
     for step in range(config.steps):
         ids, labels = induction_batch(config.batch_size, draw_length(config, generator), len(tokenizer), first_id,
                                       generator)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast("cpu", torch.bfloat16):
             loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -39,6 +39,7 @@ from rllib_agentgym.algorithms.losses import (
     policy_loss,
     value_loss,
 )
+from rllib_agentgym.core.precision import autocast
 from rllib_agentgym.core.rl_module import token_logprobs_and_entropy
 
 POLICY_LOSS = "policy_loss"
@@ -169,10 +170,8 @@ class GRPOTorchLearner(TorchLearner):
         was_training = module.llm.training
         module.llm.eval()
         # The same precision as the training forward, so that pi_old / pi_ref match it.
-        precision = torch.autocast(self._device.type, dtype=module._autocast or torch.bfloat16,
-                                   enabled=module._autocast is not None)
         try:
-            with precision:
+            with autocast(self._device.type, module._autocast):
                 self._add_no_grad_columns(policy_batch, kwargs, module, module_id)
         finally:
             module.llm.train(was_training)

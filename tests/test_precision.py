@@ -1,0 +1,46 @@
+"""Mixed precision only where the hardware computes it (rllib_agentgym.core.precision)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rllib_agentgym.core import precision
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_cpu_autocast_follows_the_cpus_bf16_support(monkeypatch, native):
+    monkeypatch.setattr(precision, "cpu_has_native", lambda dtype: native)
+    assert precision.autocast_dtype("cpu", torch.bfloat16) == (torch.bfloat16 if native else None)
+    with precision.autocast("cpu", torch.bfloat16):
+        y = torch.ones(2, 3) @ torch.ones(3, 2)
+        assert torch.is_autocast_enabled("cpu") is native
+    assert y.dtype == (torch.bfloat16 if native else torch.float32)
+
+
+def test_other_devices_and_no_autocast_are_left_alone(monkeypatch):
+    assert precision.cpu_has_native(torch.float32) is True
+    monkeypatch.setattr(precision, "cpu_has_native", lambda dtype: False)
+    assert precision.autocast_dtype("cuda", torch.bfloat16) == torch.bfloat16
+    assert precision.autocast_dtype("cpu", None) is None
+
+
+def test_learner_forward_trains_in_float32_on_a_cpu_without_bf16(monkeypatch, embedded_model):
+    """model_dtype bfloat16 (the CPU examples' setting): the RLModule's training forward autocasts
+    only where the CPU has bf16 units; without them its log-probs are the float32 ones."""
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+    from rllib_agentgym.envs.gym_env import text_space
+
+    cfg = GRPOConfig().llm(model_path=embedded_model, model_dtype="bfloat16")
+    cfg.observation_space = cfg.action_space = text_space()
+    module = cfg.get_rl_module_spec().build()
+    ids = torch.randint(3, 500, (2, 12))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    monkeypatch.setattr(precision, "cpu_has_native", lambda dtype: True)
+    mixed = module.forward_train(batch)["logprobs"]
+    monkeypatch.setattr(precision, "cpu_has_native", lambda dtype: False)
+    plain = module.forward_train(batch)["logprobs"]
+    with torch.no_grad():
+        reference = module._forward(batch)["logprobs"]  # no autocast: float32
+    torch.testing.assert_close(plain, reference)
+    assert not torch.equal(mixed.float(), reference)  # bf16 rounding shows where autocast is on
