@@ -16,6 +16,8 @@ from typing import Iterator
 import httpx
 import uvicorn
 
+from envs.common.cli import listening_socket
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -47,7 +49,7 @@ def serve_module(module: str, *args: str, wait_s: float = 30.0) -> Iterator[tupl
 @contextmanager
 def serve_in_thread(app) -> Iterator[str]:
     """Serve an ASGI app with uvicorn on a free loopback port, in this process; yields its URL."""
-    sock = socket.create_server(("127.0.0.1", 0))
+    sock = listening_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -89,3 +89,22 @@ def test_http_client_exposes_the_servers_time_of_its_last_call(textcraft_url):
 )
 def test_server_timing_header_parsing(header, expected):
     assert server_timing_ms(header) == expected
+
+
+def test_env_server_connections_send_without_nagle_delay():
+    """The env servers' listening socket hands TCP_NODELAY to every accepted connection, so a
+    reply's body does not wait behind its headers for the client's delayed ACK (40 ms on Linux)."""
+    import socket
+
+    from envs.common.cli import listening_socket
+
+    server = listening_socket("127.0.0.1", 0)
+    server.listen()
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    try:
+        assert server.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        for sock in (accepted, client, server):
+            sock.close()

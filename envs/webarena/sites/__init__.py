@@ -22,6 +22,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from envs.common.cli import listening_socket
 from envs.webarena.sites import codehost, forum, shop
 from envs.webarena.sites.common import SESSION_COOKIE, SiteDatabase
 
@@ -43,11 +44,7 @@ class EmbeddedSites:
         self.urls: dict[str, str] = {}
         self._servers: list[tuple[uvicorn.Server, socket.socket]] = []
         for site, app in apps.items():
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            # Accepted sockets inherit this: without it Nagle + delayed ACK add ~40 ms to every page.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.bind((host, 0))
+            sock = listening_socket(host, 0)
             self.urls[site] = f"http://{host}:{sock.getsockname()[1]}"
             config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=30)
             self._servers.append((uvicorn.Server(config), sock))
