@@ -52,6 +52,15 @@ def _check_own_tokens(traj, tokenizer) -> None:
         assert tokenizer.decode(span, skip_special_tokens=True) == turn.response
 
 
+def _sample(cfg, task_ids: list[int], group_size: int = 2):
+    """One `sample` of a fresh MultiAgentLLMEnvRunner: (its result, the "shared" policy's tokenizer)."""
+    runner = MultiAgentLLMEnvRunner(config=cfg, worker_index=0)
+    try:
+        return runner.sample(task_ids=task_ids, group_size=group_size), runner._tokenizers["shared"]
+    finally:
+        runner.stop()
+
+
 def test_game_vs_fixed_opponent_tokens_rewards_groups(embedded_model):
     """X is the LLM, O the random opponent: X's trajectory holds X's replies (masked 1)
     and O's move only inside X's observations (masked 0)."""
@@ -59,13 +68,8 @@ def test_game_vs_fixed_opponent_tokens_rewards_groups(embedded_model):
         policies={"shared", "random"},
         policy_mapping_fn=PolicyMapping(by="table", table={"X": "shared", "O": "random"}),
     )
-    runner = MultiAgentLLMEnvRunner(config=cfg, worker_index=0)
-    try:
-        # Tasks 1 and 3 open with an odd number of moves: O (random) moves before X's first turn.
-        result = runner.sample(task_ids=[1, 3], group_size=2)
-        tokenizer = runner._tokenizers["shared"]
-    finally:
-        runner.stop()
+    # Tasks 1 and 3 open with an odd number of moves: O (random) moves before X's first turn.
+    result, tokenizer = _sample(cfg, [1, 3])
     assert len(result.episodes) == 4 and len(result.trajectories) == 4  # only the LLM seat has one
     for ep, traj in zip(result.episodes, result.trajectories):
         assert (traj.agent, traj.role, traj.policy_id) == ("player_1", "X", "shared")
@@ -128,12 +132,12 @@ def test_any_pettingzoo_env_through_the_runner(embedded_model):
     runner = MultiAgentLLMEnvRunner(config=cfg, worker_index=0)
     try:
         result = runner.sample(task_ids=[1, 2], group_size=2)
-        tokenizer = runner._tokenizers["shared"]
+        tokenizer, instruction = runner._tokenizers["shared"], runner.instruction
     finally:
         runner.stop()
     from rllib_agentgym.envs.multiagent_env import TextMultiAgentEnv
 
-    assert runner.instruction == TextMultiAgentEnv({"env": "pettingzoo", "env_options": options}).instruction
+    assert instruction == TextMultiAgentEnv({"env": "pettingzoo", "env_options": options}).instruction
     assert len(result.trajectories) == 4 and {t.env for t in result.trajectories} == {"pettingzoo"}
     for ep, traj in zip(result.episodes, result.trajectories):
         prompt = tokenizer.decode(traj.token_ids[: traj.prompt_len])
@@ -356,12 +360,7 @@ def test_connect_four_llm_against_the_heuristic_in_the_runner(embedded_model):
         policies={"shared", "heuristic"},
         policy_mapping_fn=PolicyMapping(by="table", table={"X": "heuristic", "O": "shared"}),
     )
-    runner = MultiAgentLLMEnvRunner(config=cfg, worker_index=0)
-    try:
-        result = runner.sample(task_ids=[0], group_size=2)
-        tokenizer = runner._tokenizers["shared"]
-    finally:
-        runner.stop()
+    result, tokenizer = _sample(cfg, [0])
     assert [ep.policies for ep in result.episodes] == [{"player_0": "heuristic", "player_1": "shared"}] * 2
     for ep, traj in zip(result.episodes, result.trajectories):
         assert (traj.agent, traj.role, traj.env) == ("player_1", "O", "connect_four")
