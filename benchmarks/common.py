@@ -158,7 +158,6 @@ def cpu_seconds() -> float:
     return total
 
 
-
 def process_tree_rss(root_pid: int, exclude: Sequence[int] = (), include_root: bool = True) -> int:
     """Bytes of RSS of a process and its descendants (a server's JVMs or browser), minus the
     subtrees rooted at `exclude`; 0 if the process is gone."""
@@ -181,6 +180,7 @@ def process_tree_rss(root_pid: int, exclude: Sequence[int] = (), include_root: b
         except psutil.NoSuchProcess:
             pass  # a child that exited while we looked
     return total
+
 
 # Embedded models by name: the default one and a larger sibling (DESIGN.md's 25M
 # reference size), built here from the same tokenizer and cached like the default.

@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from envs.common.cli import serve
-from envs.common.server import BodyLimit
+from envs.common.server import MAX_ACTION_CHARS, BodyLimit
 from envs.searchqa.retrieval import (
     BatchingRetriever,
     Retriever,
@@ -43,7 +43,7 @@ from envs.searchqa.retrieval import (
 )
 
 MAX_QUERIES = 4096
-MAX_QUERY_CHARS = 65536  # an env server's longest action, so every search it forwards fits
+MAX_QUERY_CHARS = MAX_ACTION_CHARS  # an env server's longest action, so every search it forwards fits
 MAX_TOPK = 100
 MAX_BODY_BYTES = 32 << 20  # a full batch of long queries fits; a runaway client does not
 

@@ -104,8 +104,8 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
 def train_induction(model, tokenizer, config: InductionConfig = InductionConfig(),
                     log: Callable[[str], None] = print) -> dict:
     """Train a causal LM in place on `config.steps` induction batches (bf16 autocast where the CPU
-    has bf16 units, fp32 weights, as AgentSFT trains). Returns {"steps", "seconds", "first_loss", "final_loss" (mean of the last 10),
-    "curve" ([step, loss] every 50 steps)}."""
+    has bf16 units, fp32 weights, as AgentSFT trains). Returns {"steps", "seconds", "first_loss",
+    "final_loss" (mean of the last 10), "curve" ([step, loss] every 50 steps)}."""
     import torch
 
     from rllib_agentgym.core.precision import autocast
