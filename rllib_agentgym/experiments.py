@@ -156,6 +156,12 @@ def absolute_local_paths(config: Mapping[str, Any]) -> dict[str, Any]:
         value = out.get(key)
         if isinstance(value, str) and value and os.path.exists(os.path.expanduser(value)):
             out[key] = os.path.abspath(os.path.expanduser(value))
+    per_module = out.get("algorithm_config_overrides_per_module")
+    if isinstance(per_module, Mapping):  # a multi-agent policy's own model or warm start
+        out["algorithm_config_overrides_per_module"] = {
+            module: absolute_local_paths(overrides) if isinstance(overrides, Mapping) else overrides
+            for module, overrides in per_module.items()
+        }
     return out
 
 

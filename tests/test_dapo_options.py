@@ -62,9 +62,14 @@ def test_dynamic_sampling_refills_to_the_batch_size_and_trims_the_surplus(ray_lo
             assert len(kept) == GROUP_SIZE * len(expected)
             refilled += rounds > 0
             trimmed += cumulative[-1] > tasks
+            calls_before = algo.env_runner_group.local_env_runner._num_sample_calls
             result = algo.train()  # the same loop inside training_step, then the update
             runners = result["env_runners"]
+            calls = algo.env_runner_group.local_env_runner._num_sample_calls - calls_before
             assert runners["dynamic_sampling_groups_kept"] == tasks
+            # Episodes of every sampling call count in the metrics, the refills' included.
+            assert runners["dynamic_sampling_rounds"] == calls - 1
+            assert runners["num_episodes"] == calls * tasks * GROUP_SIZE
             assert result["learners"]["default_policy"]["num_module_steps_trained"] == GROUP_SIZE * tasks
     finally:
         algo.stop()
@@ -86,6 +91,7 @@ def test_dynamic_sampling_stops_at_the_round_cap_and_skips_an_empty_update(ray_l
     finally:
         algo.stop()
     assert result["env_runners"]["dynamic_sampling_rounds"] == 2
+    assert result["env_runners"]["num_episodes"] == 3 * 2 * GROUP_SIZE  # all three calls' episodes
     assert result["env_runners"]["dynamic_sampling_groups_kept"] == 0
     assert calls == 3  # the first call and 2 refills
     assert "default_policy" not in result.get("learners", {})

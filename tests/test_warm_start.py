@@ -67,3 +67,34 @@ def test_load_checkpoint_is_the_same_alias_and_bad_settings_fail_clearly(sft_che
         GRPOConfig().update_from_dict({"init_from": sft_checkpoint, "model_path": "embedded-agent"}).validate()
     with pytest.raises(ValueError, match="name different checkpoints"):
         GRPOConfig().update_from_dict({"init_from": sft_checkpoint, "load_checkpoint": str(tmp_path)}).validate()
+
+
+def test_a_multi_agent_policy_warm_starts_from_its_own_checkpoint(sft_checkpoint, tmp_path, monkeypatch):
+    """`algorithm_config_overrides_per_module: {x: {init_from: CKPT}}`: policy x starts from the
+    checkpoint, the others from the run-wide model; a policy's own model_path replaces a run-wide
+    init_from; a bad per-policy checkpoint fails at validate(); relative paths in a YAML's
+    per-policy overrides are made absolute, as top-level ones are."""
+    from rllib_agentgym.algorithms.grpo.multi_agent import MultiAgentGRPOConfig
+    from rllib_agentgym.experiments import absolute_local_paths
+
+    def config(**settings) -> MultiAgentGRPOConfig:
+        cfg = MultiAgentGRPOConfig().update_from_dict({"env": "agentgym/tictactoe", "policies": ["x", "o"], **settings})
+        cfg.validate()
+        return cfg
+
+    cfg = config(algorithm_config_overrides_per_module={"x": {"init_from": sft_checkpoint}})
+    assert cfg.get_config_for_module("x").model_path == sft_checkpoint
+    assert cfg.get_config_for_module("o").model_path == "embedded"
+    assert cfg.get_multi_rl_module_spec().rl_module_specs["x"].model_config["model"] == sft_checkpoint
+
+    cfg = config(init_from=sft_checkpoint, algorithm_config_overrides_per_module={"o": {"model_path": "embedded"}})
+    assert cfg.get_config_for_module("x").model_path == sft_checkpoint
+    assert cfg.get_config_for_module("o").model_path == "embedded"
+
+    with pytest.raises(ValueError, match="is not a checkpoint of a run"):
+        config(algorithm_config_overrides_per_module={"x": {"init_from": str(tmp_path)}})
+
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.chdir(tmp_path)
+    paths = absolute_local_paths({"algorithm_config_overrides_per_module": {"x": {"init_from": "ckpt", "lr": 1e-5}}})
+    assert paths["algorithm_config_overrides_per_module"]["x"] == {"init_from": str(tmp_path / "ckpt"), "lr": 1e-5}

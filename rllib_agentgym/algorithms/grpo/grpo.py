@@ -37,6 +37,10 @@ from rllib_agentgym.core.trajectory import Trajectory, pad_batch
 from rllib_agentgym.env_runners.llm_env_runner import FORMAT_ERROR_KINDS, LLMEnvRunner, RolloutResult
 
 
+# The settings that name a run's starting model (see GRPOConfig.resolve_warm_start).
+WARM_START_KEYS = ("model_path", "init_from", "load_checkpoint")
+
+
 class GRPOConfig(AlgorithmConfig):
     """Config of GRPO (and its DAPO / Dr. GRPO options) for LLM agents."""
 
@@ -354,9 +358,10 @@ class GRPO(Algorithm):
         t_start = time.perf_counter()
         rollouts = self._sample()
         trajectories = [t for r in rollouts for t in r.trajectories]
-        self._log_rollout_metrics(rollouts, trajectories, time.perf_counter() - t_start)
         if cfg.dynamic_sampling:
-            trajectories = self._dynamic_sampling(trajectories, rollouts)
+            trajectories = self._dynamic_sampling(trajectories, rollouts)  # extends `rollouts` with its refills
+        # Every episode played counts (episodes, env steps, success), refills included.
+        self._log_rollout_metrics(rollouts, [t for r in rollouts for t in r.trajectories], time.perf_counter() - t_start)
         if trajectories:
             batch = self._build_batch(trajectories)
             learner_results = self.learner_group.update(
@@ -520,7 +525,7 @@ class GRPO(Algorithm):
         for category in sorted({t.category for t in trajectories}):
             members = [t for t in trajectories if t.category == category]
             log((key, "success_rate_by_category", category), float(np.mean([t.success for t in members])), window=1)
-        log((key, NUM_ENV_STEPS_SAMPLED_LIFETIME), env_steps, reduce="sum", clear_on_reduce=False)
+        log((key, NUM_ENV_STEPS_SAMPLED_LIFETIME), env_steps, reduce="lifetime_sum")
         # The same numbers, live, for the Ray dashboard / Prometheus (rllib_agentgym/metrics.py).
         from rllib_agentgym.metrics import record_rollout, run_tags
 

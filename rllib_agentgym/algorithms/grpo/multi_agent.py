@@ -49,7 +49,7 @@ from ray.rllib.utils.metrics import (
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
 )
 
-from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
+from rllib_agentgym.algorithms.grpo.grpo import WARM_START_KEYS, GRPO, GRPOConfig
 from rllib_agentgym.callbacks.scaling_inter import apply_schedule
 from rllib_agentgym.core.trajectory import Trajectory
 from rllib_agentgym.env_runners.multi_agent_llm_env_runner import (
@@ -117,6 +117,21 @@ class MultiAgentGRPOConfig(GRPOConfig):
             self.evaluation_opponent = evaluation_opponent
         return self
 
+    def get_config_for_module(self, module_id) -> MultiAgentGRPOConfig:
+        """RLlib's per-module config (`algorithm_config_overrides_per_module`), with that
+        module's own warm start resolved: a module that names its starting model (model_path,
+        init_from or load_checkpoint) replaces the run-wide one instead of clashing with it."""
+        overrides = self.algorithm_config_overrides_per_module.get(module_id)
+        if overrides and module_id not in self._per_module_overrides:
+            config = self.copy(copy_frozen=False)
+            if any(key in overrides for key in WARM_START_KEYS):
+                config.model_path = type(self)().model_path
+                config.init_from = config.load_checkpoint = None
+            config.update_from_dict(overrides)
+            config.resolve_warm_start()
+            self._per_module_overrides[module_id] = config
+        return super().get_config_for_module(module_id)
+
     def get_multi_rl_module_spec(self, *, env=None, spaces=None, inference_only: bool = False, **kwargs) -> MultiRLModuleSpec:
         """One LLMRLModule per LLM policy, each built as GRPO builds its single module
         (with that module's config overrides); the fixed players have none."""
@@ -139,6 +154,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
             self._value_error(f"MultiAgentGRPO plays the multi-agent envs agentgym/{{{','.join(MULTIAGENT_ENVS)}}}, not {self.env!r}")
         if not llm_policy_ids(self.policies):
             self._value_error(f"policies {sorted(self.policies)} name no LLM policy (all are fixed players)")
+        for policy_id in llm_policy_ids(self.policies):
+            self.get_config_for_module(policy_id)  # a bad per-policy warm start fails here, at build
         train = self.policies_to_train
         if train is not None and not callable(train):
             unknown = set(train) - set(self.policies)
