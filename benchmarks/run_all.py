@@ -197,7 +197,8 @@ def _soak_rows(r: dict) -> list[Row]:
     for process, pct in r["growth_after_warmup_pct"].items():
         rows.append(("soak", f"RSS growth of {process}, iterations {s['warmup'] + 1}-{s['iterations']} ({s['engine']})",
                      f"{pct:+.2f}%", f"{_fmt(r['rss_mb_first'].get(process))} -> {_fmt(r['rss_mb_last'].get(process))} MB",
-                     "", f"< {_fmt(s['max_growth'])}%: {_fmt(pct < s['max_growth'])}"))
+                     f"second half {r['growth_second_half_pct'][process]:+.2f}%",
+                     f"< {_fmt(s['max_growth'])}%: {_fmt(pct < s['max_growth'])}"))
     return rows
 
 

@@ -1,6 +1,6 @@
 """Soak: many GRPO iterations, resident memory of every process over time.
 
-    python benchmarks/soak.py                                   # 40 iterations, vLLM, embedded model
+    python benchmarks/soak.py                                   # 120 iterations, vLLM, embedded model
     python benchmarks/soak.py --iterations 300 --env-runners 2 --out soak.json
     python benchmarks/soak.py --engine hf                       # where vLLM is not installed
 
@@ -13,7 +13,11 @@ records the resident set size (RSS) of
   a JVM, a browser; with the `EnvServer` actor that owns it, when one does).
 Growth after warm-up compares the median of the first `--window` samples
 after `--warmup` iterations with the median of the last `--window`; the run
-passes when every process grew less than `--max-growth` percent. Prints one
+passes when every process grew less than `--max-growth` percent. Growth over
+the second half (the median of `--window` samples from the middle iteration
+on, against the last) tells a leak, which keeps growing, from a cache that
+fills up to a bound; and the driver's and runners' resident pages are split
+by kind (`rss_parts`), so heap growth shows apart from shared memory. Prints one
 JSON object (with the machine and versions, see benchmarks/common.py); the
 exit status is 1 when a process grew too much. Writes only under a temp dir.
 The inference engine defaults to vLLM, as in training (the tuned examples).
@@ -86,12 +90,27 @@ def env_server_rows(driver: int, runners: dict[int, int]) -> dict[str, int]:
     return rows
 
 
-def snapshot(algo) -> dict[str, int]:
-    """RSS per process: `driver`, `runner_<i>`, and the env servers (see env_server_rows)."""
+def rss_parts(pid: int) -> dict[str, int]:
+    """Bytes of a process's resident pages by kind (Linux /proc/<pid>/status): `anon` (its heap,
+    what a leak grows), `file` (mapped files: libraries, models) and `shmem` (shared memory it
+    touched, such as Ray's object store, which it maps whole and reads objects from in place)."""
+    parts = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("RssAnon", "RssFile", "RssShmem"):
+                parts[key[3:].lower()] = int(value.split()[0]) * 1024
+    return parts
+
+
+def snapshot(algo) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """RSS per process: `driver`, `runner_<i>`, and the env servers (see env_server_rows);
+    and the driver's and runners' RSS by page kind (rss_parts)."""
     import psutil
 
     driver = os.getpid()
     rows = {"driver": psutil.Process(driver).memory_info().rss}
+    parts = {"driver": rss_parts(driver)}
     group = algo.env_runner_group
     if group.num_remote_env_runners():
         runners = dict(group.foreach_env_runner(lambda r: (r.worker_index, os.getpid()), local_env_runner=False))
@@ -100,8 +119,9 @@ def snapshot(algo) -> dict[str, int]:
     for index, pid in sorted(runners.items()):
         if pid != driver:
             rows[f"runner_{index}"] = psutil.Process(pid).memory_info().rss
+            parts[f"runner_{index}"] = rss_parts(pid)
     rows.update(env_server_rows(driver, runners))
-    return rows
+    return rows, parts
 
 
 def growth(series: Sequence[float], warmup: int, window: int) -> float:
@@ -115,9 +135,9 @@ def growth(series: Sequence[float], warmup: int, window: int) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iterations", type=int, default=40)
-    parser.add_argument("--warmup", type=int, default=10, help="iterations before growth is measured")
-    parser.add_argument("--window", type=int, default=3, help="samples per median at each end")
+    parser.add_argument("--iterations", type=int, default=120)
+    parser.add_argument("--warmup", type=int, default=30, help="iterations before growth is measured")
+    parser.add_argument("--window", type=int, default=5, help="samples per median at each end")
     parser.add_argument("--max-growth", type=float, default=5.0, help="percent; above it the run fails")
     parser.add_argument("--env", default="textcraft")
     parser.add_argument("--model", default="embedded")
@@ -161,15 +181,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             for i in range(args.iterations):
                 start = time.perf_counter()
                 result = algo.train()
-                rss = snapshot(algo)
+                rss, parts = snapshot(algo)
                 samples.append({
                     "iteration": i + 1,
                     "wall_s": round(time.perf_counter() - start, 2),
                     "episodes": result["env_runners"].get("num_episodes"),
                     "dropped": result["env_runners"].get("num_dropped_episodes"),
                     "rss_mb": {k: round(v / MB, 1) for k, v in rss.items()},
+                    "rss_parts_mb": {k: {kind: round(v / MB, 1) for kind, v in p.items()} for k, p in parts.items()},
                 })
-                print(f"iteration {i + 1}: {samples[-1]['rss_mb']}", file=sys.stderr, flush=True)
+                print(f"iteration {i + 1}: {samples[-1]['rss_mb']} {samples[-1]['rss_parts_mb']}",
+                      file=sys.stderr, flush=True)
         finally:
             algo.stop()
             ray.shutdown()
@@ -179,12 +201,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         p: round(growth([s["rss_mb"].get(p, float("nan")) for s in samples], args.warmup, args.window), 2)
         for p in processes
     }
+    half = len(samples) // 2
+    second_half_pct = {
+        p: round(growth([s["rss_mb"].get(p, float("nan")) for s in samples], half, max(1, min(args.window, (len(samples) - half) // 2))), 2)
+        for p in processes
+    }
     passed = all(g < args.max_growth for g in growth_pct.values())
     emit({
         "benchmark": "soak",
         "meta": meta(__file__, argv),
         "settings": {**vars(args), **threads},
         "growth_after_warmup_pct": growth_pct,
+        "growth_second_half_pct": second_half_pct,
         "passed": passed,
         "rss_mb_first": samples[0]["rss_mb"],
         "rss_mb_last": samples[-1]["rss_mb"],

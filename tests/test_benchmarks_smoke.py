@@ -354,6 +354,10 @@ def test_soak_benchmark_json_shape_and_rows(tmp_path):
     assert all(s["episodes"] == 2 and s["dropped"] == 0 for s in result["samples"])
     processes = set(result["growth_after_warmup_pct"])
     assert {"driver", "runner_1"} <= processes and any(p.startswith("server_") for p in processes), processes
+    assert set(result["growth_second_half_pct"]) == processes
+    parts = result["samples"][-1]["rss_parts_mb"]["runner_1"]  # the runner's pages by kind add up to its RSS
+    assert set(parts) == {"anon", "file", "shmem"}
+    assert sum(parts.values()) == pytest.approx(result["samples"][-1]["rss_mb"]["runner_1"], abs=1.0)
     assert result["meta"]["command"].startswith("python benchmarks/soak.py")
     rows = ROWS["soak"](result)
     assert [r[0] for r in rows] == ["soak"] * len(result["growth_after_warmup_pct"])
