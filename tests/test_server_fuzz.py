@@ -226,6 +226,66 @@ def test_concurrent_calls_on_one_session_never_interleave():
         assert http.post("/step", json={"id": other, "action": "go"}).json()["observation"] == "step 1"
 
 
+class EchoEnv:
+    """Answers each action with itself (a numpy reward); "boom" raises (a crashed engine)."""
+
+    def reset(self, data_idx: int) -> str:
+        return "ready"
+
+    def step(self, action: str) -> StepResult:
+        import numpy as np
+
+        if action == "boom":
+            raise RuntimeError("the engine fell over")
+        return StepResult(f"you said {action}", np.float32(0.5), False, {"length": len(action)})
+
+    def observation(self) -> str:
+        return "ready"
+
+    def close(self) -> None:
+        pass
+
+
+def test_fast_step_path_answers_as_the_route_does(monkeypatch):
+    """A /step body with a declared length goes through FastStep (no FastAPI routing); a chunked
+    one (no Content-Length) through the FastAPI route. Both answer every body alike: status, JSON
+    and, on success, a Server-Timing header; the odd bodies FastStep hands on get the route's errors."""
+    import envs.common.server as server
+
+    fast_steps = []
+    step_session = server._step_session
+    monkeypatch.setattr(server, "_step_session", lambda *args: fast_steps.append(args[1:]) or step_session(*args))
+    with TestClient(create_server_app("echo", lambda: EchoEnv()), raise_server_exceptions=False) as client:
+        env_id = client.post("/create", json={"data_idx": 0}).json()["id"]
+        fresh = client.post("/create", json={}).json()["id"]  # never reset: 409
+        bodies = [
+            {"id": env_id, "action": "look"},
+            {"id": env_id, "action": "ünïcödé ✓"},
+            {"id": env_id, "action": ""},
+            {"id": env_id, "action": "boom"},  # 500
+            {"id": env_id + 10**6, "action": "look"},  # 404
+            {"id": fresh, "action": "look"},  # 409
+            {"id": str(env_id), "action": "look"},  # the route's lax int: 200
+            {"id": True, "action": "look"},
+            {"id": env_id, "action": "x" * (MAX_ACTION_CHARS + 1)},  # 422
+            {"id": env_id, "action": "\ud800"},  # a lone surrogate: 422
+            {"id": env_id},
+            [env_id, "look"],
+        ]
+        raw_bodies = [json.dumps(b).encode() for b in bodies] + [b"{not json", b'{"id": 1, "action": "\xff"}', b"\xff\xfe"]
+        for raw in raw_bodies:
+            fast = client.post("/step", content=raw, headers=JSON)
+            route = client.post("/step", content=iter([raw]), headers=JSON)  # chunked: no Content-Length
+            assert "content-length" not in route.request.headers and "content-length" in fast.request.headers
+            assert (fast.status_code, fast.json()) == (route.status_code, route.json()), raw[:80]
+            assert ("server-timing" in fast.headers) == ("server-timing" in route.headers) == (fast.status_code == 200)
+        # FastStep served the well-formed bodies with a declared length (the unknown id: 404 before a step).
+        assert fast_steps == [(bodies[i]["id"], bodies[i]["action"]) for i in (0, 1, 2, 3, 5)]
+        ok = client.post("/step", json={"id": env_id, "action": "look"})
+        assert ok.json() == {"observation": "you said look", "reward": 0.5, "done": False, "info": {"length": 4}}
+        assert client.get("/health").json()["sessions"] == 2  # the server is up, both sessions kept
+
+
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_shutdown_closes_every_open_session(name):
     app = FAMILIES[name].create_app()
