@@ -98,8 +98,7 @@ def test_env_server_connections_send_without_nagle_delay():
 
     from envs.common.cli import listening_socket
 
-    server = listening_socket("127.0.0.1", 0)
-    server.listen()
+    server = listening_socket("127.0.0.1", 0)  # already listening: a connection now is queued, not refused
     client = socket.create_connection(server.getsockname())
     accepted, _ = server.accept()
     try:

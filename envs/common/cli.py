@@ -8,12 +8,14 @@ from typing import Callable, Sequence
 from fastapi import FastAPI
 
 
-def listening_socket(host: str, port: int):
-    """A bound TCP socket for uvicorn whose accepted connections send without delay.
+def listening_socket(host: str, port: int, backlog: int = 2048):
+    """A bound, listening TCP socket for uvicorn whose accepted connections send without delay.
 
     Accepted sockets inherit TCP_NODELAY (asyncio sets it itself only on sockets made with
     proto=IPPROTO_TCP): without it, Nagle holds a reply's body behind its headers until
-    the client's delayed ACK, 40 ms per request on Linux.
+    the client's delayed ACK, 40 ms per request on Linux. It listens at once (uvicorn's
+    default backlog), so a client that connects as soon as the port is announced waits in
+    the backlog until the server's loop accepts, instead of being refused.
     """
     import socket
 
@@ -21,6 +23,7 @@ def listening_socket(host: str, port: int):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
+    sock.listen(backlog)
     return sock
 
 
