@@ -52,6 +52,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     # Dense retrieval's cost with a random-init encoder of e5-small-v2's shape (no weights to download).
     "searchqa_dense": ("searchqa_retrieval.py", ["--random-encoder", "12x384", "--skip-bm25", "--scale", "1", "--max-queries", "512"],
                        ["--random-encoder", "2x128", "--skip-bm25", "--scale", "0.3", "--max-queries", "128"]),
+    "precision": ("precision.py", [], ["--batch", "2", "--seq-len", "128", "--repeats", "2"]),
     # Exits 1 after writing its JSON when a process grew too much: its row shows that verdict.
     "soak": ("soak.py", [], ["--iterations", "12", "--warmup", "4", "--window", "2"]),
 }
@@ -190,6 +191,16 @@ def _retrieval_rows(r: dict) -> list[Row]:
     return rows
 
 
+def _precision_rows(r: dict) -> list[Row]:
+    """The learner's training step in the precision the framework picks here, against the other."""
+    s, rates, picked = r["settings"], r["tokens_per_s"], r["picked"]
+    other = next(name for name in rates if name != picked)
+    native = {True: "native bf16", False: "no bf16 units", None: s["device"]}[r["cpu_native_bfloat16"]]
+    return [("precision", f"train step tokens/s, {s['batch']} x {s['seq_len']} ({native}): picked {picked}",
+             _fmt(rates[picked]), f"{_fmt(rates[other])} ({other})", _fmt(rates[picked] / rates[other]),
+             f"picked not slower: {_fmt(r['picked_is_not_slower'])}")]
+
+
 def _soak_rows(r: dict) -> list[Row]:
     """Resident memory growth after warm-up, per process (driver, env runners, env servers)."""
     s = r["settings"]
@@ -211,6 +222,7 @@ ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "scaling": _scaling_rows,
     "searchqa_retrieval": _retrieval_rows,
     "searchqa_dense": _retrieval_rows,
+    "precision": _precision_rows,
     "soak": _soak_rows,
 }
 

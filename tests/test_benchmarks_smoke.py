@@ -362,3 +362,21 @@ def test_soak_benchmark_json_shape_and_rows(tmp_path):
     rows = ROWS["soak"](result)
     assert [r[0] for r in rows] == ["soak"] * len(result["growth_after_warmup_pct"])
     assert all(r[5].startswith("< 5%: ") for r in rows)
+
+
+def test_precision_benchmark_times_both_and_reports_the_frameworks_pick(tmp_path):
+    """benchmarks/precision.py at a tiny size: both precisions timed, the pick is what
+    core/precision.py chooses on this CPU, and run_all makes its row."""
+    import torch
+
+    from benchmarks.precision import main as precision
+    from rllib_agentgym.core.precision import cpu_has_native
+
+    out = tmp_path / "precision.json"
+    result = precision(["--model", "embedded", "--batch", "1", "--seq-len", "32", "--repeats", "1", "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert set(result["tokens_per_s"]) == {"float32", "bfloat16_autocast"} and all(v > 0 for v in result["tokens_per_s"].values())
+    assert result["cpu_native_bfloat16"] == cpu_has_native(torch.bfloat16)
+    assert result["picked"] == ("bfloat16_autocast" if result["cpu_native_bfloat16"] else "float32")
+    (row,) = ROWS["precision"](result)
+    assert row[0] == "precision" and row[5].startswith("picked not slower: ")
