@@ -252,9 +252,16 @@ def test_fast_step_path_answers_as_the_route_does(monkeypatch):
     and, on success, a Server-Timing header; the odd bodies FastStep hands on get the route's errors."""
     import envs.common.server as server
 
+    # FastStep hands its env steps to the module's thread pool call; the route's run in FastAPI's.
     fast_steps = []
-    step_session = server._step_session
-    monkeypatch.setattr(server, "_step_session", lambda *args: fast_steps.append(args[1:]) or step_session(*args))
+    threadpool = server.run_in_threadpool
+
+    async def spy(fn, *args):
+        if fn is server._step_session:
+            fast_steps.append(args[1:])
+        return await threadpool(fn, *args)
+
+    monkeypatch.setattr(server, "run_in_threadpool", spy)
     with TestClient(create_server_app("echo", lambda: EchoEnv()), raise_server_exceptions=False) as client:
         env_id = client.post("/create", json={"data_idx": 0}).json()["id"]
         fresh = client.post("/create", json={}).json()["id"]  # never reset: 409

@@ -74,6 +74,9 @@ class EnvError(Exception):
         self.status = status
         self.message = message
 
+    def response(self) -> JSONResponse:
+        return JSONResponse(status_code=self.status, content={"error": self.message})
+
 
 class ResetBody(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -171,7 +174,16 @@ def _server_timing(response: Response | None) -> Iterator[None]:
     start = time.perf_counter()
     yield
     if response is not None:
-        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1e3:.3f}"
+        response.headers["Server-Timing"] = _server_timing_value((time.perf_counter() - start) * 1e3)
+
+
+def _server_timing_value(app_ms: float) -> str:
+    return f"app;dur={app_ms:.3f}"
+
+
+def _crash_response(exc: Exception) -> JSONResponse:
+    """The 500 for an env that raised (its session may be unusable)."""
+    return JSONResponse(status_code=500, content={"error": f"the env raised {type(exc).__name__}: {exc}"})
 
 
 def _check_action(action: str) -> None:
@@ -220,7 +232,7 @@ def create_app(
 
     @app.exception_handler(EnvError)
     async def _env_error(_: Request, exc: EnvError):
-        return JSONResponse(status_code=exc.status, content={"error": exc.message})
+        return exc.response()
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(_: Request, exc: RequestValidationError):
@@ -239,7 +251,7 @@ def create_app(
     @app.exception_handler(Exception)
     async def _env_crashed(_: Request, exc: Exception):
         # Starlette re-raises after answering, so the server's log keeps the traceback.
-        return JSONResponse(status_code=500, content={"error": f"the env raised {type(exc).__name__}: {exc}"})
+        return _crash_response(exc)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -292,10 +304,9 @@ def create_app(
     def step(body: StepBody, response: Response) -> dict[str, Any]:
         # Well-formed steps are served by FastStep; this route answers the rest (its errors).
         _check_action(body.action)
-        with sessions.get(body.id).serving(body.id) as env:
-            with _server_timing(response):
-                result = env.step(body.action)
-            return _result_json(result)
+        reply, app_ms = _step_session(sessions.get(body.id), body.id, body.action)
+        response.headers["Server-Timing"] = _server_timing_value(app_ms)
+        return reply
 
     @app.get("/observation")
     def observation(id: int) -> str:  # noqa: A002 - AgentGym's query name
@@ -374,17 +385,6 @@ def _json_bytes(content: Any) -> bytes:
     return text.encode("utf-8")
 
 
-async def _send_json(send, status: int, content: Any) -> None:
-    await _send(send, status, _json_bytes(content))
-
-
-async def _send(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *headers]})
-    await send({"type": "http.response.body", "body": body})
-
-
 class FastStep:
     """ASGI middleware: a well-formed POST /step, served without FastAPI's routing and validation.
 
@@ -420,13 +420,14 @@ class FastStep:
         try:
             session = self.sessions.get(env_id)
             reply, app_ms = await run_in_threadpool(_step_session, session, env_id, action)
-            body = _json_bytes(reply)
+            response = Response(_json_bytes(reply), media_type="application/json",
+                                headers={"Server-Timing": _server_timing_value(app_ms)})
         except EnvError as exc:
-            return await _send_json(send, exc.status, {"error": exc.message})
+            response = exc.response()
         except Exception as exc:  # the env raised (or its reply is not JSON): as the route's 500, traceback logged
             logger.exception("env step failed")
-            return await _send_json(send, 500, {"error": f"the env raised {type(exc).__name__}: {exc}"})
-        await _send(send, 200, body, [(b"server-timing", f"app;dur={app_ms:.3f}".encode())])
+            response = _crash_response(exc)
+        await response(scope, receive, send)
 
 
 def _step_request(body: bytes) -> tuple[int, str] | None:
@@ -448,6 +449,7 @@ def _step_request(body: bytes) -> tuple[int, str] | None:
 
 
 def _step_session(session: _Session, env_id: int, action: str) -> tuple[dict[str, Any], float]:
+    """One env.step on a session (its rules: 409 when busy or not reset): the reply and its ms."""
     with session.serving(env_id) as env:
         start = time.perf_counter()
         result = env.step(action)
