@@ -21,8 +21,9 @@ def test_shipped_agent_is_from_the_current_recipe(name):
     assert shipped_fingerprint(name) == agent_recipe(name).fingerprint()
 
 
-def test_shipped_agents_stay_small():
-    assert sum(shipped_archive(name).stat().st_size for name in AGENT_RECIPES) < 20 * 2**20
+@pytest.mark.parametrize("name", sorted(AGENT_RECIPES))
+def test_shipped_agents_stay_small(name):
+    assert shipped_archive(name).stat().st_size < 20 * 2**20
 
 
 def test_unknown_agent_names_are_refused_clearly():
@@ -164,6 +165,29 @@ def test_searchqa_agent_unpacks_beside_the_shared_one(embedded_model):
     assert AutoTokenizer.from_pretrained(path).get_vocab() == AutoTokenizer.from_pretrained(embedded_model).get_vocab()
 
 
+def test_textcraft_agent_unpacks_from_its_adapter_onto_the_pretrained_base():
+    """The shipped TextCraft agent is a LoRA adapter alone; unpacking converts the pretrained base
+    (core/pretrained.py) and merges the adapter, so the folder loads like any model."""
+    from rllib_agentgym.agent_model import ADAPTER_FILE
+
+    name = "embedded-agent-textcraft"
+    path = resolve_model_path(name)
+    assert path == str(agent_model_path(name=name))
+    recipe = json.loads((agent_model_path(name=name) / "agent_recipe.json").read_text())
+    assert recipe["fingerprint"] == agent_recipe(name).fingerprint() and recipe["base_model"] == "smollm2-135m"
+    base = resolve_model_path("smollm2-135m")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    assert type(model).__name__ == "Qwen2ForCausalLM" and model.config.num_hidden_layers == 30
+    assert AutoTokenizer.from_pretrained(path).get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
+    base_model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    adapted = model.get_parameter("model.layers.0.self_attn.q_proj.weight")
+    assert not torch.equal(adapted, base_model.get_parameter("model.layers.0.self_attn.q_proj.weight"))
+    assert torch.equal(model.get_parameter("model.norm.weight"), base_model.get_parameter("model.norm.weight"))
+    assert (agent_model_path(name=name) / ADAPTER_FILE).exists()
+    # vLLM loads every top-level *.safetensors file as weights: the adapter must not be one.
+    assert [f.name for f in agent_model_path(name=name).glob("*.safetensors")] == ["model.safetensors"]
+
+
 def test_embedded_agent_gives_grpo_groups_a_learning_signal(ray_local):
     """What the warm start is for: a random-init model fails every episode, so every
     GRPO group has equal rewards and zero advantages; the agent's groups do not."""
@@ -188,3 +212,74 @@ def test_embedded_agent_gives_grpo_groups_a_learning_signal(ray_local):
     rewards = torch.tensor([t.reward for t in trajectories])
     advantages = grpo_advantages(rewards, torch.tensor([t.group_id for t in trajectories]))
     assert advantages.abs().sum() > 0  # at least one group has mixed outcomes
+
+
+def test_a_pretrained_base_keys_the_cache_by_its_source_not_the_embedded_shape():
+    recipe = AgentRecipe(base_model="smollm2-135m")
+    assert "base_model" in _key_fields(dataclasses.asdict(recipe)) and "model" not in _key_fields(dataclasses.asdict(recipe))
+    assert recipe.fingerprint() != AgentRecipe().fingerprint()
+    other_shape = dataclasses.replace(recipe, model=EmbeddedModelConfig(hidden_size=384))
+    assert other_shape.fingerprint() == recipe.fingerprint()  # the embedded shape is not used
+    adapter = dataclasses.replace(recipe, lora=(("alpha", 32), ("r", 16)))
+    assert adapter.fingerprint() != recipe.fingerprint()
+    assert AgentRecipe(lora=()).fingerprint() == AgentRecipe().fingerprint()  # neutral: old keys stand
+
+
+def test_a_lora_recipe_ships_its_adapter_alone_and_unpacks_to_the_merged_model(tmp_path):
+    """The adapter file of a LoRA build, merged into the base at unpack time (merge_shipped_adapter),
+    gives the model that peft's own merge gives."""
+    from peft import get_peft_model
+    from safetensors.torch import save_file
+
+    from rllib_agentgym.agent_model import ADAPTER_FILE, merge_shipped_adapter
+    from rllib_agentgym.core import lora as lora_lib
+
+    recipe = AgentRecipe(lora=(("alpha", 32), ("r", 4), ("target_modules", ("q_proj", "v_proj", "down_proj"))))
+    base = recipe.base_model_path()  # the embedded model: the same code path as a pretrained base
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                                lora_lib.lora_config(dict(recipe.lora)))
+    torch.manual_seed(0)
+    with torch.no_grad():  # a trained adapter: B is no longer zero
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    folder = tmp_path / "unpacked"
+    (folder / ADAPTER_FILE).parent.mkdir(parents=True)
+    save_file(lora_lib.adapter_state(peft_model), folder / ADAPTER_FILE)
+    merge_shipped_adapter(folder, recipe)
+    merged = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    expected = peft_model.merge_and_unload().eval()
+    ids = torch.randint(0, 4096, (1, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got, want = merged(ids).logits, expected(ids).logits
+    assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
+    plain = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert not torch.allclose(plain(ids).logits, want, atol=1e-3)  # the adapter changed something
+    assert AutoTokenizer.from_pretrained(folder).get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
+
+
+def test_a_lora_build_keeps_its_adapter_and_the_adapter_rebuilds_the_model(tmp_path):
+    """build_agent_model with a LoRA recipe: the exported folder holds the merged weights and the
+    adapter; the adapter merged into the base (what unpacking a shipped archive does) gives the
+    same model."""
+    from safetensors.torch import load_file
+
+    from rllib_agentgym.agent_model import ADAPTER_FILE, build_agent_model, merge_shipped_adapter
+
+    recipe = AgentRecipe(data=(ExpertData("agentgym/textcraft", 4, 15),), iterations=2, batch_size=2,
+                         lr=5e-3, lr_warmup_iterations=0,
+                         lora=(("alpha", 16), ("r", 4), ("target_modules", ("q_proj", "v_proj", "up_proj"))))
+    built = build_agent_model(tmp_path / "built", recipe, log=lambda line: None, work_dir=str(tmp_path))
+    adapter = load_file(built / ADAPTER_FILE)
+    assert adapter and all(".lora_A." in k or ".lora_B." in k for k in adapter)
+    assert any(v.abs().sum() > 0 for k, v in adapter.items() if ".lora_B." in k)  # trained: B left zero
+    unpacked = tmp_path / "unpacked"
+    (unpacked / ADAPTER_FILE).parent.mkdir(parents=True)
+    (unpacked / ADAPTER_FILE).write_bytes((built / ADAPTER_FILE).read_bytes())
+    merge_shipped_adapter(unpacked, recipe)
+    ids = torch.randint(0, 4096, (1, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(built, dtype=torch.float32)(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(unpacked, dtype=torch.float32)(ids).logits
+    assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
