@@ -206,6 +206,9 @@ def sciworld_agent_recipe() -> AgentRecipe:
                        batch_size=2, iterations=1280, lr_warmup_iterations=120, max_model_len=2048)
 
 
+LORA_ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
 def textcraft_pretrained_agent_recipe() -> AgentRecipe:
     """TextCraft alone, fine-tuned from a pretrained LM (SmolLM2-135M-Instruct, core/pretrained.py).
 
@@ -214,14 +217,11 @@ def textcraft_pretrained_agent_recipe() -> AgentRecipe:
     listed commands (docs/learning.md, section 2); a pretrained LM does. One
     pass over the 499 train conversations (about 9 s per step of 4 on 2
     cores) fits the 20-minute budget; a LoRA adapter on every projection
-    (r 16) is what ships, 10 MB, merged into the converted base when unpacked.
+    (r 16) is what ships (6.6 MB), merged into the converted base when unpacked.
     """
     return AgentRecipe(base_model="smollm2-135m", data=(ExpertData("agentgym/textcraft", 800, 15),),
                        iterations=125, lr=5e-4, lr_final=5e-5, lr_warmup_iterations=10,
                        lora=(("alpha", 32), ("r", 16), ("target_modules", LORA_ALL_PROJECTIONS)))
-
-
-LORA_ALL_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 # `model_path` names of the agent models: the shared TextCraft + BabyAI agent, and one per family
@@ -302,7 +302,7 @@ ADAPTER_FILE = Path("lora_adapter") / "adapter_model.safetensors"
 
 
 def save_adapter(checkpoint: str, folder: Path) -> None:
-    """The LoRA adapter of an AgentSFT checkpoint's policy as `folder/adapter.safetensors`.
+    """The LoRA adapter of an AgentSFT checkpoint's policy as `folder / ADAPTER_FILE`.
 
     Read from the module's saved state, which with LoRA holds the adapter
     alone (a module restored from the checkpoint merges it into its weights).

@@ -259,10 +259,11 @@ def test_a_lora_recipe_ships_its_adapter_alone_and_unpacks_to_the_merged_model(t
     assert AutoTokenizer.from_pretrained(folder).get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
 
 
-def test_a_lora_build_keeps_its_adapter_and_the_adapter_rebuilds_the_model(tmp_path):
+def test_a_lora_build_keeps_its_adapter_and_the_adapter_rebuilds_the_model(tmp_path, ray_local):
     """build_agent_model with a LoRA recipe: the exported folder holds the merged weights and the
     adapter; the adapter merged into the base (what unpacking a shipped archive does) gives the
-    same model."""
+    same model. On the session's Ray cluster (`ray_local`): a build that starts and stops its own
+    clears Tune's registry of algorithm names for the tests after it."""
     from safetensors.torch import load_file
 
     from rllib_agentgym.agent_model import ADAPTER_FILE, build_agent_model, merge_shipped_adapter
