@@ -7,13 +7,21 @@ and the env names `agentgym/<family>`, so the classic YAML (`run: GRPO`,
 
 __version__ = "0.1.0"
 
-_REGISTERED = False
+TRAINABLES = ("GRPO", "AgentPPO", "AgentSFT", "MultiAgentGRPO")
+
+
+def registered() -> bool:
+    """Whether Tune's registry holds our names now: a `ray.shutdown()` drops every name
+    registered before it (the next cluster's store starts empty)."""
+    from ray.tune.registry import ENV_CREATOR, TRAINABLE_CLASS, _global_registry
+
+    return all(_global_registry.contains(TRAINABLE_CLASS, name) for name in TRAINABLES) and \
+        _global_registry.contains(ENV_CREATOR, "agentgym/textcraft")
 
 
 def register() -> None:
-    """Register trainables and envs with Ray Tune (idempotent)."""
-    global _REGISTERED
-    if _REGISTERED:
+    """Register trainables and envs with Ray Tune (idempotent; again after a `ray.shutdown()`)."""
+    if registered():
         return
     from ray.tune.registry import register_trainable
 
@@ -29,7 +37,6 @@ def register() -> None:
     register_trainable("MultiAgentGRPO", MultiAgentGRPO)
     register_envs()
     register_multiagent_envs()
-    _REGISTERED = True
 
 
 register()

@@ -82,9 +82,11 @@ def parse_json_arg(flag: str, text: str | None) -> dict[str, Any]:
 
 def resolve_trainable(run: str):
     """The trainable class for `run`, or SpecError with the nearest known name."""
-    import rllib_agentgym  # noqa: F401  (registers our trainables)
+    import rllib_agentgym
     from ray.rllib.algorithms.registry import ALGORITHMS
     from ray.tune.registry import TRAINABLE_CLASS, _global_registry, get_trainable_cls
+
+    rllib_agentgym.register()  # again if a ray.shutdown() since the import dropped our names
 
     if not isinstance(run, str):
         raise SpecError(f"`run` must be an algorithm name, got {run!r}")
@@ -98,8 +100,10 @@ def check_env(env: Any) -> None:
     import gymnasium as gym
     from ray.tune.registry import ENV_CREATOR, _global_registry
 
-    import rllib_agentgym  # noqa: F401  (registers agentgym/* envs)
+    import rllib_agentgym
     from rllib_agentgym.envs.registry import ENV_PREFIX, FAMILIES
+
+    rllib_agentgym.register()
 
     if env is None or not isinstance(env, str):
         return  # a class or None (multi-agent configs may set it elsewhere)

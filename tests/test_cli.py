@@ -89,6 +89,21 @@ def test_grid_search_and_overrides_are_prepared(tmp_path):
     assert exp["stop"] == {"training_iteration": 1} and exp["storage_path"] == str(tmp_path)
 
 
+def test_names_dropped_from_tunes_registry_are_registered_again():
+    """A `ray.shutdown()` drops every name registered with Tune before it (a library caller that
+    built an agent model, then prepares an experiment): looking a name up registers ours again."""
+    from ray.tune.registry import ENV_CREATOR, TRAINABLE_CLASS, _global_registry
+
+    from rllib_agentgym.experiments import check_env, resolve_trainable
+
+    _global_registry.unregister(TRAINABLE_CLASS, "GRPO")
+    _global_registry.unregister(ENV_CREATOR, "agentgym/textcraft")
+    assert not _global_registry.contains(TRAINABLE_CLASS, "GRPO")
+    assert resolve_trainable("GRPO").__name__ == "GRPO"
+    check_env("agentgym/textcraft")
+    assert _global_registry.contains(ENV_CREATOR, "agentgym/textcraft")
+
+
 def test_local_model_and_checkpoint_paths_are_made_absolute(tmp_path, monkeypatch):
     """Tune runs trials in their own directories: a relative local path must not depend on the cwd."""
     from rllib_agentgym.experiments import prepare_experiments
