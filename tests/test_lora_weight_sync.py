@@ -75,3 +75,25 @@ def test_lora_sync_into_vllm_gives_transformers_tokens_of_the_merged_weights(emb
     assert pending == expected_pending
     assert live == expected_live
     assert expected_live != expected_pending  # the second sync really changed the model
+
+
+def test_lora_on_the_top_layers_only_adapts_them_and_refuses_a_bad_layer_list(embedded_model):
+    """`layers_to_transform` puts the adapter on the listed layers only, so the backward pass
+    stops above the layers below them (none of their activations needs a gradient)."""
+    import pytest
+
+    top = {**LORA, "layers_to_transform": [1]}
+    module = LLMRLModule(observation_space=Text(8), action_space=Text(8),
+                         model_config={"model": embedded_model, "lora": top})
+    adapted = {n.split(".layers.")[1].split(".")[0] for n, p in module.llm.named_parameters() if p.requires_grad}
+    assert adapted == {"1"}
+    seen = []
+    hooks = [layer.register_forward_hook(lambda m, i, o: seen.append(o[0].requires_grad if isinstance(o, tuple) else o.requires_grad))
+             for layer in module.llm.base_model.model.model.layers]
+    module.llm(torch.tensor([[1, 392, 262, 201]]))
+    for h in hooks:
+        h.remove()
+    assert seen[0] is False and seen[-1] is True  # layer 0 runs without autograd's bookkeeping
+    with pytest.raises(ValueError, match="layers_to_transform"):
+        LLMRLModule(observation_space=Text(8), action_space=Text(8),
+                    model_config={"model": embedded_model, "lora": {**LORA, "layers_to_transform": 1}})

@@ -30,9 +30,19 @@ def lora_config(cfg: Mapping[str, Any]):
         lora_alpha=float(cfg.get("alpha", cfg.get("lora_alpha", 16))),
         lora_dropout=float(cfg.get("dropout", 0.0)),
         target_modules=list(cfg.get("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
+        # Adapting only the top layers also stops the backward pass there (nothing below needs a grad).
+        layers_to_transform=_layers(cfg.get("layers_to_transform")),
         bias="none",
         task_type="CAUSAL_LM",
     )
+
+
+def _layers(layers) -> list[int] | None:
+    if layers is None:
+        return None
+    if isinstance(layers, int) or not all(isinstance(i, int) and i >= 0 for i in layers):
+        raise ValueError(f"lora.layers_to_transform must be a list of layer indices, got {layers!r}")
+    return list(layers)
 
 
 def lora_scaling(cfg: Mapping[str, Any]) -> float:

@@ -12,7 +12,7 @@
                              on CPUs with AVX512-BF16 / AMX; a CPU without them, where the
                              emulation is many times slower, trains in float32: core/precision.py);
                              None: full precision
-    lora:                    {r, alpha, dropout, target_modules}: train a peft LoRA adapter only
+    lora:                    {r, alpha, dropout, target_modules, layers_to_transform}: train a peft LoRA adapter only
     value_head:              add a scalar value head on the last hidden state (PPO)
 
 forward_train takes `input_ids` and `attention_mask` [B, T] and returns
