@@ -380,3 +380,27 @@ def test_precision_benchmark_times_both_and_reports_the_frameworks_pick(tmp_path
     assert result["picked"] == ("bfloat16_autocast" if result["cpu_native_bfloat16"] else "float32")
     (row,) = ROWS["precision"](result)
     assert row[0] == "precision" and row[5].startswith("picked not slower: ")
+
+
+def test_lowrank_delta_factorizes_each_matrix_change_and_ties_the_head():
+    import torch
+
+    from benchmarks.lowrank_delta import factorized_delta
+
+    g = torch.Generator().manual_seed(0)
+    base = {"model.embed_tokens.weight": torch.randn(12, 4, generator=g), "model.layers.0.q_proj.weight": torch.randn(6, 4, generator=g),
+            "model.layers.0.norm.weight": torch.ones(4)}
+    base["lm_head.weight"] = base["model.embed_tokens.weight"]
+    rank1 = torch.randn(6, 1, generator=g) @ torch.randn(1, 4, generator=g)
+    tuned = {"model.embed_tokens.weight": base["model.embed_tokens.weight"] + torch.randn(12, 4, generator=g),
+             "model.layers.0.q_proj.weight": base["model.layers.0.q_proj.weight"] + rank1,
+             "model.layers.0.norm.weight": torch.full((4,), 2.0)}
+    tuned["lm_head.weight"] = tuned["model.embed_tokens.weight"]
+    out, entries = factorized_delta(base, tuned, rank=1, embedding_rank=0)
+    # A rank-1 change survives rank 1 exactly; rank 0 keeps the base; 1-D tensors travel whole.
+    assert torch.allclose(out["model.layers.0.q_proj.weight"], tuned["model.layers.0.q_proj.weight"], atol=1e-5)
+    assert torch.equal(out["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    assert out["lm_head.weight"] is out["model.embed_tokens.weight"] and torch.equal(out["model.layers.0.norm.weight"], tuned["model.layers.0.norm.weight"])
+    assert entries == 1 * (6 + 4)
+    out, entries = factorized_delta(base, tuned, rank=1, embedding_rank=4)  # full rank: the tuned embedding
+    assert torch.allclose(out["lm_head.weight"], tuned["model.embed_tokens.weight"], atol=1e-5) and entries == 10 + 4 * 16

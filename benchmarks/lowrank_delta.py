@@ -1,0 +1,115 @@
+"""How much of a full fine-tune a rank-r factorization of its weight change keeps.
+
+A full fine-tune of SmolLM2-135M is 270 MB in bf16, far over what the repository
+ships (20 MB an archive); a rank-r factorization of its change is not:
+
+    W' = W_base + U_r diag(S_r) V_r^T,   where  W_tuned - W_base = U diag(S) V^T  (SVD)
+
+for every matrix (the layers' projections at rank `--rank`, the tied embedding at
+`--embedding-rank`); 1-D tensors (norms, biases) are kept whole. For each pair of
+ranks this writes the held-out loss (mean negative log-likelihood of the response
+tokens of expert conversations the models never trained on) of the base, the full
+fine-tune and the factorized model, and with `--save DIR` the factorized model
+folder of the last pair, for `rllib evaluate`:
+
+    rllib experts --env agentgym/textcraft --split test --num 125 --max-steps 15 --out test.jsonl
+    python benchmarks/lowrank_delta.py --base smollm2-135m --tuned MODEL_DIR --conversations test.jsonl \\
+        --ranks 16:0,32:0,32:32 --save svd32
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/lowrank_delta.py`
+from benchmarks.common import emit, meta  # noqa: E402
+
+
+def factorized_delta(base: Mapping[str, torch.Tensor], tuned: Mapping[str, torch.Tensor], rank: int,
+                     embedding_rank: int) -> tuple[dict[str, torch.Tensor], int]:
+    """(weights, number of factor entries): base + the rank-r SVD of each matrix's change.
+
+    Rank 0 keeps a matrix at its base value; the tied output head follows the embedding."""
+    out, entries = {}, 0
+    for name, weight in tuned.items():
+        if weight.ndim != 2 or name == "lm_head.weight":
+            out[name] = weight
+            continue
+        r = embedding_rank if "embed_tokens" in name else rank
+        if r == 0:
+            out[name] = base[name]
+            continue
+        u, s, vh = torch.linalg.svd((weight - base[name]).float(), full_matrices=False)
+        out[name] = base[name] + (u[:, :r] * s[:r]) @ vh[:r]
+        entries += r * sum(weight.shape)
+    if "lm_head.weight" in tuned:
+        out["lm_head.weight"] = out["model.embed_tokens.weight"]
+    return out, entries
+
+
+def heldout_loss(model, data: Sequence[tuple[list[int], list[int]]]) -> float:
+    """Mean negative log-likelihood of the masked (response) tokens."""
+    total, count = 0.0, 0.0
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for ids, mask in data:
+            x = torch.tensor([ids])
+            nll = torch.nn.functional.cross_entropy(model(x).logits.float()[0, :-1], x[0, 1:], reduction="none")
+            m = torch.tensor(mask[1:], dtype=torch.float32)
+            total += float((nll * m).sum())
+            count += float(m.sum())
+    return total / count
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rllib_agentgym.core.chat import ChatFormat
+    from rllib_agentgym.core.embedded import resolve_model_path
+    from rllib_agentgym.data.conversations import load_jsonl, tokenize
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="the model fine-tuned from (a model_path)")
+    parser.add_argument("--tuned", required=True, help="the full fine-tune (a model folder)")
+    parser.add_argument("--conversations", required=True, help="held-out expert conversations (JSONL)")
+    parser.add_argument("--num", type=int, default=30, help="conversations scored")
+    parser.add_argument("--ranks", default="32:32", help="comma-separated RANK:EMBEDDING_RANK pairs")
+    parser.add_argument("--save", default=None, help="write the last pair's model folder here")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+
+    def load(path):
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+    base_path = resolve_model_path(args.base)
+    tokenizer = AutoTokenizer.from_pretrained(args.tuned)
+    chat = ChatFormat.from_tokenizer(tokenizer)
+    data = [tokenize(tokenizer, chat, c) for c in load_jsonl(args.conversations)[: args.num]]
+    base, tuned = load(base_path), load(args.tuned)
+    base_state, tuned_state = base.state_dict(), tuned.state_dict()
+    result = {"meta": meta(__file__, argv), "base": str(args.base), "tuned": str(args.tuned),
+              "num_conversations": len(data), "loss": {"base": heldout_loss(base, data), "tuned": heldout_loss(tuned, data)},
+              "factorized": []}
+    model = None
+    for pair in args.ranks.split(","):
+        rank, embedding_rank = (int(x) for x in pair.split(":"))
+        weights, entries = factorized_delta(base_state, tuned_state, rank, embedding_rank)
+        model = load(base_path)
+        model.load_state_dict(weights)
+        result["factorized"].append({"rank": rank, "embedding_rank": embedding_rank, "factor_entries": entries,
+                                     "bf16_mb": round(2 * entries / 1e6, 1), "loss": heldout_loss(model, data)})
+        print(result["factorized"][-1], file=sys.stderr, flush=True)
+    if args.save and model is not None:
+        shutil.copytree(args.tuned, args.save, dirs_exist_ok=True)
+        model.to(torch.bfloat16).save_pretrained(args.save)
+    return emit(result, args.out)
+
+
+if __name__ == "__main__":
+    main()
