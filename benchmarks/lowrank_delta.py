@@ -14,7 +14,7 @@ folder of the last pair, for `rllib evaluate`:
 
     rllib experts --env agentgym/textcraft --split test --num 125 --max-steps 15 --out test.jsonl
     python benchmarks/lowrank_delta.py --base smollm2-135m --tuned MODEL_DIR --conversations test.jsonl \\
-        --ranks 16:0,32:0,32:32 --save svd32
+        --ranks 16:0,32:0,32:32 --compare embedded-agent-textcraft --save svd32
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--conversations", required=True, help="held-out expert conversations (JSONL)")
     parser.add_argument("--num", type=int, default=30, help="conversations scored")
     parser.add_argument("--ranks", default="32:32", help="comma-separated RANK:EMBEDDING_RANK pairs")
+    parser.add_argument("--compare", nargs="*", default=[], help="other model_paths to score (e.g. an adapter build)")
     parser.add_argument("--save", default=None, help="write the last pair's model folder here")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -96,8 +97,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     result = {"meta": meta(__file__, argv), "base": str(args.base), "tuned": str(args.tuned),
               "num_conversations": len(data), "loss": {"base": heldout_loss(base, data), "tuned": heldout_loss(tuned, data)},
               "factorized": []}
+    for other in args.compare:
+        result["loss"][other] = heldout_loss(load(resolve_model_path(other)), data)
     model = None
-    for pair in args.ranks.split(","):
+    for pair in filter(None, args.ranks.split(",")):
         rank, embedding_rank = (int(x) for x in pair.split(":"))
         weights, entries = factorized_delta(base_state, tuned_state, rank, embedding_rank)
         model = load(base_path)
