@@ -133,9 +133,11 @@ def pool_setting(config_file: str, overrides: dict[str, Any], pool: int | list[i
 
 def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print,
               checkpoint_dir: str | None = None, sampled_k: int = 0,
-              evaluate: Callable[[Any], dict[str, Any]] = greedy_success) -> dict[str, Any]:
+              evaluate: Callable[[Any], dict[str, Any]] = greedy_success,
+              warm_start: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Train one GRPO run in-process; `evaluate(algo)` (default: greedy success on the
-    evaluation split) at 0, eval_every, ..., iterations.
+    evaluation split) at 0, eval_every, ..., iterations. A given `warm_start` evaluation
+    stands for iteration 0's (a greedy one is the same for every seed).
 
     With `checkpoint_dir`, the final Algorithm is saved there (for `rllib evaluate`). With
     `sampled_k`, also Avg@k sampled success on the evaluation tasks before and after training."""
@@ -150,7 +152,7 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
     train: list[dict[str, Any]] = []
     sampled: list[dict[str, Any]] = []
     try:
-        curve.append({"iteration": 0, **evaluate(algo)})
+        curve.append({"iteration": 0, **(dict(warm_start) if warm_start else evaluate(algo))})
         log(f"  iteration 0 (warm start): evaluation success {curve[-1]['success_rate']:.3f}")
         if sampled_k:
             sampled.append({"iteration": 0, **sampled_success(algo, sampled_k)})
@@ -255,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         help="train on N fixed train tasks (or these comma-separated task ids) and evaluate there "
                              "(sampled Avg@k, paired seeds) instead of on the test split")
     parser.add_argument("--pool-k", type=int, default=8, help="episodes per pool task at each evaluation")
+    parser.add_argument("--warm-start-once", action="store_true",
+                        help="evaluate the warm start in the first seed only (greedy: the same for every seed)")
     args = parser.parse_args(argv)
     quiet_logs()
     threads = limit_cpu_threads(args.threads)
@@ -274,13 +278,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         runs.append({"seed": seed, **run_curve(config, args.iterations, args.eval_every,
                                                log=lambda m: print(m, file=sys.stderr, flush=True),
                                                checkpoint_dir=checkpoint, sampled_k=args.sampled_k,
-                                               evaluate=evaluate)})
+                                               evaluate=evaluate,
+                                               warm_start=runs[0]["eval"][0] if runs and args.warm_start_once else None)})
     result = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
               "overrides": overrides, "iterations": args.iterations, "runs": runs, "summary": summarize(runs)}
     if args.plot:
         name = Path(config_file).stem
         labels = {"ylabel": f"success on the {len(pool)} training tasks, Avg@{args.pool_k} (%)"} if pool else {}
-        plot_curves({name: runs}, args.plot, f"GRPO from embedded-agent: {name}", **labels)
+        start = Path(str(config.get("model_path", "embedded-agent"))).name
+        plot_curves({name: runs}, args.plot, f"GRPO from {start}: {name}", **labels)
     return emit(result, args.out)
 
 
