@@ -29,6 +29,7 @@ seconds (this process and its env-server children) count the work itself.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -259,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--pool-k", type=int, default=8, help="episodes per pool task at each evaluation")
     parser.add_argument("--warm-start-once", action="store_true",
                         help="evaluate the warm start in the first seed only (greedy: the same for every seed)")
+    parser.add_argument("--warm-start-from", default=None,
+                        help="take the warm start's evaluation from an earlier output JSON of the same model and tasks")
     args = parser.parse_args(argv)
     quiet_logs()
     threads = limit_cpu_threads(args.threads)
@@ -271,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         overrides, pool, evaluate = pool_setting(config_file, overrides, args.pool, args.pool_k)
     init_ray()
     runs = []
+    warm_start = json.loads(Path(args.warm_start_from).read_text())["runs"][0]["eval"][0] if args.warm_start_from else None
     for seed in [int(s) for s in args.seeds.split(",")]:
         print(f"seed {seed}:", file=sys.stderr)
         config = experiment_config(config_file, {**overrides, "seed": seed})
@@ -279,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                                log=lambda m: print(m, file=sys.stderr, flush=True),
                                                checkpoint_dir=checkpoint, sampled_k=args.sampled_k,
                                                evaluate=evaluate,
-                                               warm_start=runs[0]["eval"][0] if runs and args.warm_start_once else None)})
+                                               warm_start=warm_start or (runs[0]["eval"][0] if runs and args.warm_start_once else None))})
     result = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
               "overrides": overrides, "iterations": args.iterations, "runs": runs, "summary": summarize(runs)}
     if args.plot:
