@@ -35,20 +35,23 @@ def factorized_delta(base: Mapping[str, torch.Tensor], tuned: Mapping[str, torch
                      embedding_rank: int) -> tuple[dict[str, torch.Tensor], int]:
     """(weights, number of factor entries): base + the rank-r SVD of each matrix's change.
 
-    Rank 0 keeps a matrix at its base value; the tied output head follows the embedding."""
+    Rank 0 keeps a matrix at its base value. A tied output head follows the embedding;
+    an untied one is factorized at the embedding's rank."""
+    head, embedding = tuned.get("lm_head.weight"), tuned.get("model.embed_tokens.weight")
+    tied = head is not None and embedding is not None and head.data_ptr() == embedding.data_ptr()
     out, entries = {}, 0
     for name, weight in tuned.items():
-        if weight.ndim != 2 or name == "lm_head.weight":
+        if weight.ndim != 2 or (tied and name == "lm_head.weight"):
             out[name] = weight
             continue
-        r = embedding_rank if "embed_tokens" in name else rank
+        r = embedding_rank if name in ("model.embed_tokens.weight", "lm_head.weight") else rank
         if r == 0:
             out[name] = base[name]
             continue
         u, s, vh = torch.linalg.svd((weight - base[name]).float(), full_matrices=False)
         out[name] = base[name] + (u[:, :r] * s[:r]) @ vh[:r]
         entries += r * sum(weight.shape)
-    if "lm_head.weight" in tuned:
+    if tied:
         out["lm_head.weight"] = out["model.embed_tokens.weight"]
     return out, entries
 
@@ -83,7 +86,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--save", default=None, help="write the last pair's model folder here")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    torch.manual_seed(0)
 
     def load(path):
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

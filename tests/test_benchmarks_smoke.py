@@ -404,3 +404,9 @@ def test_lowrank_delta_factorizes_each_matrix_change_and_ties_the_head():
     assert entries == 1 * (6 + 4)
     out, entries = factorized_delta(base, tuned, rank=1, embedding_rank=4)  # full rank: the tuned embedding
     assert torch.allclose(out["lm_head.weight"], tuned["model.embed_tokens.weight"], atol=1e-5) and entries == 10 + 4 * 16
+    # An untied head is a matrix of its own, at the embedding's rank.
+    base["lm_head.weight"], tuned["lm_head.weight"] = torch.zeros(12, 4), torch.randn(12, 4, generator=g)
+    out, entries = factorized_delta(base, tuned, rank=1, embedding_rank=0)
+    assert torch.equal(out["lm_head.weight"], base["lm_head.weight"]) and out["lm_head.weight"] is not out["model.embed_tokens.weight"]
+    out, entries = factorized_delta(base, tuned, rank=1, embedding_rank=4)
+    assert torch.allclose(out["lm_head.weight"], tuned["lm_head.weight"], atol=1e-5) and entries == 10 + 2 * 4 * 16
