@@ -31,10 +31,8 @@ def register() -> None:
     from rllib_agentgym.envs.multiagent_env import register_multiagent_envs
     from rllib_agentgym.envs.registry import register_envs
 
-    register_trainable("GRPO", GRPO)
-    register_trainable("AgentPPO", AgentPPO)
-    register_trainable("AgentSFT", AgentSFT)
-    register_trainable("MultiAgentGRPO", MultiAgentGRPO)
+    for name, trainable in zip(TRAINABLES, (GRPO, AgentPPO, AgentSFT, MultiAgentGRPO), strict=True):
+        register_trainable(name, trainable)
     register_envs()
     register_multiagent_envs()
 
