@@ -102,3 +102,34 @@ def test_logprobs_at_masked_positions_only_match_the_full_forward(embedded_model
     # Nothing selected: every position, so a loss over no tokens still has a graph.
     none = token_logprobs_and_entropy(llm, ids, attention, False, token_mask=torch.zeros_like(ids))
     torch.testing.assert_close(none["logprobs"], full["logprobs"].detach())
+
+
+def test_logprobs_are_those_of_the_sampling_temperature(embedded_model):
+    """log pi_T(y) = log softmax(z / T)[y], entropy likewise: the distribution vLLM sampled from at T."""
+    from rllib_agentgym.core.rl_module import load_causal_lm, token_logprobs_and_entropy
+
+    llm = load_causal_lm(embedded_model).eval()
+    torch.manual_seed(1)
+    ids = torch.randint(3, 1900, (2, 16))
+    attention = torch.ones_like(ids)
+    with torch.no_grad():
+        logits = llm(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+        out = token_logprobs_and_entropy(llm, ids, attention, True, temperature=0.7)
+        plain = token_logprobs_and_entropy(llm, ids, attention, True)
+    scaled = torch.log_softmax(logits / 0.7, dim=-1)
+    expected = scaled.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(out["logprobs"][:, 1:], expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out["entropy"][:, 1:], -(scaled.exp() * scaled).sum(-1), rtol=1e-4, atol=1e-5)
+    # A sharper distribution: lower entropy than at T = 1.
+    assert (out["entropy"][:, 1:] < plain["entropy"][:, 1:]).all()
+
+
+def test_grpo_module_scores_at_the_sampling_temperature_and_sft_at_one():
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+    from rllib_agentgym.algorithms.sft.sft import AgentSFTConfig
+
+    assert GRPOConfig().llm(temperature=0.7).get_default_rl_module_spec().model_config["temperature"] == 0.7
+    assert GRPOConfig().get_default_rl_module_spec().model_config["temperature"] == 1.0
+    # AgentSFT's loss is the expert's tokens under the model itself, whatever the rollout setting.
+    sft = AgentSFTConfig().llm(temperature=0.5)
+    assert sft.get_default_rl_module_spec().model_config["temperature"] == 1.0

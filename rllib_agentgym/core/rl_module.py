@@ -76,9 +76,15 @@ def _scatter_positions(values: torch.Tensor, positions: torch.Tensor | None, tok
 
 def token_logprobs_and_entropy(
     llm, input_ids, attention_mask, compute_entropy: bool = True, entropy_grad: bool = False, value_head=None,
-    token_mask: torch.Tensor | None = None,
+    token_mask: torch.Tensor | None = None, temperature: float = 1.0,
 ) -> Dict[str, torch.Tensor]:
-    """Per-token log-probs (and entropies, values) of `input_ids` under `llm`.
+    """Per-token log-probs (and entropies, values) of `input_ids` under `llm` at `temperature`:
+
+        log pi_T(y_t | y_<t) = log softmax(z_t / T)[y_t]
+
+    the distribution the engine sampled from (vLLM divides the logits by T the
+    same way), so the policy gradient and the importance ratio are those of the
+    policy that acted.
 
     With `token_mask` [B, T], log-probs and entropies are computed only for the
     tokens it selects and are 0 elsewhere: the LM head runs only on the
@@ -98,6 +104,8 @@ def token_logprobs_and_entropy(
         logits, labels = out_llm.logits[:, :-1].float(), input_ids[:, 1:]
     else:
         logits, labels = out_llm.logits.float(), input_ids[:, 1:].index_select(1, positions)
+    if temperature != 1.0:
+        logits = logits / temperature
     out = {"logprobs": _shift(_scatter_positions(logprobs_from_logits(logits, labels), positions, token_mask))}
     if compute_entropy:
         # A diagnostic unless an entropy bonus is trained (then it keeps its graph).
@@ -141,6 +149,10 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         self._compute_entropy = bool(cfg.get("compute_entropy", True))
         self._entropy_grad = bool(cfg.get("entropy_grad", False))
         self._autocast = getattr(torch, cfg["autocast"]) if cfg.get("autocast") else None
+        # The sampling temperature: log-probs are those of the distribution the tokens came from.
+        self.temperature = float(cfg.get("temperature", 1.0))
+        if not self.temperature > 0:
+            raise ValueError(f"the policy's temperature must be > 0, got {self.temperature!r}")
 
     @property
     def uses_lora(self) -> bool:
@@ -148,7 +160,8 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
 
     def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
         with torch.no_grad():
-            return token_logprobs_and_entropy(self.llm, batch["input_ids"], batch["attention_mask"], False)
+            return token_logprobs_and_entropy(self.llm, batch["input_ids"], batch["attention_mask"], False,
+                                              temperature=self.temperature)
 
     def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
         with autocast(batch["input_ids"].device.type, self._autocast):
@@ -160,6 +173,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
                 self._entropy_grad,
                 self.value_head,
                 token_mask=_trained_tokens(batch),
+                temperature=self.temperature,
             )
 
     def compute_values(self, batch: Dict[str, Any], embeddings=None) -> torch.Tensor:

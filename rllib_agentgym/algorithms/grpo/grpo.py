@@ -196,6 +196,8 @@ class GRPOConfig(AlgorithmConfig):
                 # learner's autocast (mixed precision).
                 "dtype": self.learner_dtype,
                 "autocast": self.model_dtype if self.model_dtype in ("bfloat16", "float16") else None,
+                # Log-probs at the sampling temperature (greedy, 0, samples nothing to train on).
+                "temperature": float(self.temperature) if self.temperature and self.temperature > 0 else 1.0,
                 "gradient_checkpointing": self.gradient_checkpointing,
                 "entropy_grad": bool(self.entropy_coeff),
                 "lora": self.lora,

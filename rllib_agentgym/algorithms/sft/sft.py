@@ -48,6 +48,11 @@ class AgentSFTConfig(GRPOConfig):
                 setattr(self, name, value)
         return self
 
+    def get_default_rl_module_spec(self):
+        spec = super().get_default_rl_module_spec()
+        spec.model_config["temperature"] = 1.0  # the expert's tokens under the model itself, whatever `temperature` says
+        return spec
+
     def get_default_learner_class(self):
         from rllib_agentgym.algorithms.sft.torch.sft_torch_learner import SFTTorchLearner
 

@@ -137,7 +137,7 @@ class GRPOTorchLearner(TorchLearner):
     # ---- per-batch precomputation ----------------------------------------------
 
     @torch.no_grad()
-    def _forward_no_grad(self, model, arrays, value_head=None) -> Dict[str, np.ndarray]:
+    def _forward_no_grad(self, model, arrays, value_head=None, temperature: float = 1.0) -> Dict[str, np.ndarray]:
         shape = arrays["input_ids"].shape
         out = {"logprobs": np.zeros(shape, dtype=np.float32)}
         if value_head is not None:
@@ -150,7 +150,7 @@ class GRPOTorchLearner(TorchLearner):
             # Log-probs where the loss reads them (pi_old, pi_ref): the response tokens.
             tokens = torch.as_tensor(arrays["response_mask"][rows], device=self._device)[:, :width]
             res = token_logprobs_and_entropy(model, ids[:, :width], mask[:, :width], False, False, value_head,
-                                             token_mask=tokens)
+                                             token_mask=tokens, temperature=temperature)
             for key in out:
                 out[key][rows, :width] = res[key].float().cpu().numpy()
         return out
@@ -181,13 +181,14 @@ class GRPOTorchLearner(TorchLearner):
         if self._wants_reference():
             if module.uses_lora:
                 with module.reference_logprobs_context():
-                    ref = self._forward_no_grad(module.llm, policy_batch)["logprobs"]
+                    ref = self._forward_no_grad(module.llm, policy_batch, temperature=module.temperature)["logprobs"]
             else:
-                ref = self._forward_no_grad(self._ref_models[module_id], policy_batch)["logprobs"]
+                ref = self._forward_no_grad(self._ref_models[module_id], policy_batch,
+                                            temperature=module.temperature)["logprobs"]
             policy_batch["ref_logprobs"] = ref
         needs_old = self._needs_old_logprobs(policy_batch.count, kwargs)
         if needs_old or cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
-            current = self._forward_no_grad(module.llm, policy_batch, module.value_head)
+            current = self._forward_no_grad(module.llm, policy_batch, module.value_head, module.temperature)
             policy_batch["old_logprobs"] = current["logprobs"]
             if "values" in current:
                 policy_batch["old_values"] = current["values"]
