@@ -107,10 +107,10 @@ def test_build_script_evaluates_known_families_only(capsys):
 def test_build_script_recipe_variants_start_from_the_chosen_agent():
     from scripts.build_agent_model import recipe_from_json
 
-    longer = recipe_from_json('{"iterations": 1500}', "embedded-agent-searchqa")
-    assert longer.data == agent_recipe("embedded-agent-searchqa").data and longer.iterations == 1500
-    assert longer.model.induction_circuit
-    seeded = recipe_from_json('{"model": {"seed": 1}}', "embedded-agent-searchqa")
+    longer = recipe_from_json('{"iterations": 150}', "embedded-agent-searchqa")
+    assert longer.data == agent_recipe("embedded-agent-searchqa").data and longer.iterations == 150
+    assert longer.base_model == "smollm2-135m" and dict(longer.lora)["r"] == 16
+    seeded = recipe_from_json('{"model": {"seed": 1}}', "embedded-agent-sciworld")
     assert seeded.model.induction_circuit and seeded.model.seed == 1
     pairs = recipe_from_json('{"model": {"induction_match_tokens": 2}}', "embedded-agent-sciworld")
     assert pairs.model.induction_match_tokens == 2
@@ -153,16 +153,20 @@ def test_embedded_agent_unpacks_into_the_cache_and_loads(embedded_model):
     assert agent_tok.chat_template == base_tok.chat_template
 
 
-def test_searchqa_agent_unpacks_beside_the_shared_one(embedded_model):
-    name = "embedded-agent-searchqa"
+@pytest.mark.parametrize("family", ["searchqa", "webarena"])
+def test_family_adapter_agent_unpacks_beside_the_shared_one(family):
+    """The Deep Search and WebArena agents are LoRA adapters on the pretrained base too: a folder of
+    their own, the base's shape and tokenizer, trained on their family's expert play alone."""
+    name = f"embedded-agent-{family}"
     path = resolve_model_path(name)
     assert path == str(agent_model_path(name=name)) != resolve_model_path("embedded-agent")
     recipe = json.loads((agent_model_path(name=name) / "agent_recipe.json").read_text())
-    assert recipe["fingerprint"] == agent_recipe(name).fingerprint()
-    assert [d["env"] for d in recipe["data"]] == ["agentgym/searchqa"]
+    assert recipe["fingerprint"] == agent_recipe(name).fingerprint() and recipe["base_model"] == "smollm2-135m"
+    assert [d["env"] for d in recipe["data"]] == [f"agentgym/{family}"]
+    base = resolve_model_path("smollm2-135m")
     model = AutoModelForCausalLM.from_pretrained(path)
-    assert model.config.num_hidden_layers == agent_recipe(name).model.num_hidden_layers
-    assert AutoTokenizer.from_pretrained(path).get_vocab() == AutoTokenizer.from_pretrained(embedded_model).get_vocab()
+    assert model.config.num_hidden_layers == 30
+    assert AutoTokenizer.from_pretrained(path).get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
 
 
 def test_textcraft_agent_unpacks_from_its_adapter_onto_the_pretrained_base():

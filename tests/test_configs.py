@@ -104,7 +104,8 @@ def test_tuned_example_runs_on_cpu(family):
     _, spec = _only_experiment(path)
     config = _raw_config(path)
     expected = {"textcraft": "embedded-agent", "babyai": "embedded-agent",
-                "searchqa": "embedded-agent-searchqa", "sciworld": "embedded-agent-sciworld"}.get(family, "embedded")
+                "searchqa": "embedded-agent-searchqa", "sciworld": "embedded-agent-sciworld",
+                "webarena": "embedded-agent-webarena"}[family]
     assert config["model_path"] == expected and config["inference_engine"] == "vllm"
     assert config.get("num_gpus_per_learner", 0) == 0 and config.get("num_env_runners", 0) == 0
     assert config["env_config"]["launch_server"] is True
