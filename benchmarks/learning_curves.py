@@ -17,6 +17,10 @@ over seeds. `--plot` draws the curves (one line per seed, the mean bold).
 `--sampled-k K` adds Avg@K at the training temperature on the same test tasks
 before and after training, with the same episode and generation seeds both
 times (a paired comparison over K times the episodes of the greedy pass).
+`--shuffled-advantages` is the control run for a curve: the same training,
+with each batch's per-episode advantages permuted among its episodes, so the
+updates have GRPO's size and no credit; what a curve shares with its control
+is what update noise alone does.
 `--pool N` trains on N fixed train tasks instead (drawn as the ScalingInter
 ablation's `--pool` draws them, so the same N and config give the same pool)
 and evaluates there: Avg@`--pool-k`, paired seeds. It compares how fast two
@@ -132,19 +136,42 @@ def pool_setting(config_file: str, overrides: dict[str, Any], pool: int | list[i
     return overrides, task_ids, evaluate
 
 
+def shuffled_advantage_grpo():
+    """GRPO whose batches carry each episode's advantage on another episode of the batch
+    (a seeded permutation per iteration): `--shuffled-advantages`, the no-credit control."""
+    import torch
+
+    from rllib_agentgym.algorithms.grpo.grpo import GRPO
+
+    class ShuffledAdvantageGRPO(GRPO):
+        def _build_batch(self, trajectories):
+            batch = super()._build_batch(trajectories)
+            rows = batch.policy_batches["default_policy"]
+            mask = torch.as_tensor(rows["response_mask"], dtype=torch.float32)
+            per_episode = (torch.as_tensor(rows["advantages"]) * mask).sum(1) / mask.sum(1).clamp(min=1)
+            order = torch.randperm(len(per_episode), generator=torch.Generator().manual_seed(self.iteration))
+            rows["advantages"] = (per_episode[order][:, None] * mask).numpy()
+            return batch
+
+    return ShuffledAdvantageGRPO
+
+
 def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=print,
               checkpoint_dir: str | None = None, sampled_k: int = 0,
               evaluate: Callable[[Any], dict[str, Any]] = greedy_success,
-              warm_start: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              warm_start: Mapping[str, Any] | None = None, shuffled_advantages: bool = False) -> dict[str, Any]:
     """Train one GRPO run in-process; `evaluate(algo)` (default: greedy success on the
     evaluation split) at 0, eval_every, ..., iterations. A given `warm_start` evaluation
     stands for iteration 0's (a greedy one is the same for every seed).
 
     With `checkpoint_dir`, the final Algorithm is saved there (for `rllib evaluate`). With
-    `sampled_k`, also Avg@k sampled success on the evaluation tasks before and after training."""
+    `sampled_k`, also Avg@k sampled success on the evaluation tasks before and after training.
+    `shuffled_advantages`: the no-credit control (`shuffled_advantage_grpo`)."""
     from rllib_agentgym.algorithms.grpo.grpo import GRPO
 
     cfg = GRPO.get_default_config().update_from_dict(dict(config))
+    if shuffled_advantages:
+        cfg.algo_class = shuffled_advantage_grpo()
     cfg.log_trajectories = 0
     cfg.evaluation_interval = None  # evaluated here, on this curve's schedule
     t0, c0 = time.perf_counter(), cpu_seconds()
@@ -164,6 +191,7 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
             learner = result["learners"]["default_policy"]
             train.append({"iteration": i, "success_rate": float(runners["success_rate"]),
                           "horizon": int(runners["horizon"]), "num_turns_mean": float(runners["num_turns_mean"]),
+                          "invalid_action_rate": float(runners.get("invalid_action_rate", float("nan"))),
                           **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss") if k in learner}})
             log(f"    iteration {i}: " + ", ".join(f"{k} {v:.3g}" for k, v in train[-1].items() if k != "iteration"))
             if i % eval_every == 0 or i == iterations:
@@ -262,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         help="evaluate the warm start in the first seed only (greedy: the same for every seed)")
     parser.add_argument("--warm-start-from", default=None,
                         help="take the warm start's evaluation from an earlier output JSON of the same model and tasks")
+    parser.add_argument("--shuffled-advantages", action="store_true",
+                        help="control run: each batch's episode advantages permuted among its episodes (no credit)")
     args = parser.parse_args(argv)
     quiet_logs()
     threads = limit_cpu_threads(args.threads)
@@ -282,10 +312,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         runs.append({"seed": seed, **run_curve(config, args.iterations, args.eval_every,
                                                log=lambda m: print(m, file=sys.stderr, flush=True),
                                                checkpoint_dir=checkpoint, sampled_k=args.sampled_k,
-                                               evaluate=evaluate,
+                                               evaluate=evaluate, shuffled_advantages=args.shuffled_advantages,
                                                warm_start=warm_start or (runs[0]["eval"][0] if runs and args.warm_start_once else None))})
     result = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
-              "overrides": overrides, "iterations": args.iterations, "runs": runs, "summary": summarize(runs)}
+              "overrides": overrides, "iterations": args.iterations,
+              "shuffled_advantages": args.shuffled_advantages, "runs": runs, "summary": summarize(runs)}
     if args.plot:
         name = Path(config_file).stem
         labels = {"ylabel": f"success on the {len(pool)} training tasks, Avg@{args.pool_k} (%)"} if pool else {}

@@ -14,6 +14,7 @@ from rllib_agentgym.algorithms.advantages import (
     gae_advantages,
     gigpo_advantages,
     grpo_advantages,
+    invalid_turn_advantages,
     masked_mean,
     masked_whiten,
     reinforce_plus_plus_advantages,
@@ -384,6 +385,40 @@ class TestOutcomeRewards:
         with pytest.raises(ValueError, match="invalid_action_penalty"):
             cfg.validate()
 
+
+class TestInvalidTurnAdvantage:
+    """`invalid_turn_advantage`: a cost on the refused turn's own tokens."""
+
+    def test_flags_per_turn(self):
+        from rllib_agentgym.algorithms.rewards import invalid_turn_flags
+        from rllib_agentgym.core.trajectory import Trajectory, Turn
+
+        trajs = [Trajectory(env="babyai", data_idx=0, group_id=0) for _ in range(3)]
+        for t, flags in zip(trajs, [[False, True, True], [True], []]):
+            t.turns = [Turn("obs", "Action: x", "x", invalid_action=f) for f in flags]
+        assert invalid_turn_flags(trajs).tolist() == [[0, 1, 1], [1, 0, 0], [0, 0, 0]]
+        assert invalid_turn_flags([]).shape == (0, 0)
+
+    def test_hand_values(self):
+        # Row 0: prompt, turn 0 (2 tokens), obs, obs, turn 1 (refused, 2 tokens), obs, turn 2 (1 token).
+        # Row 1: turn 0 (refused) and turn 1, one token each; its group failed whole (A = 0).
+        mask = torch.tensor([[0, 1, 1, 0, 0, 1, 1, 0, 1], [0, 1, 0, 1, 0, 0, 0, 0, 0]], dtype=torch.float32)
+        adv = torch.tensor([[0, 0.8, 0.8, 0, 0, 0.8, 0.8, 0, 0.8], [0] * 9])
+        refused = torch.tensor([[0, 1, 0], [1, 0, 0]])
+        close(invalid_turn_advantages(adv, refused, mask, 0.5),
+              [[0, 0.8, 0.8, 0, 0, 0.3, 0.3, 0, 0.8], [0, -0.5, 0, 0, 0, 0, 0, 0, 0]])
+        # beta 0 changes nothing; tokens of turns past K get no cost.
+        close(invalid_turn_advantages(adv, refused, mask, 0.0), adv)
+        close(invalid_turn_advantages(adv, refused[:, :1], mask, 1.0)[0], adv[0])
+
+    def test_config_checks(self):
+        from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+        with pytest.raises(ValueError, match="invalid_turn_advantage"):
+            GRPOConfig().environment("agentgym/textcraft").training(invalid_turn_advantage=-1.0).validate()
+        with pytest.raises(ValueError, match="group estimator"):
+            GRPOConfig().environment("agentgym/textcraft").training(
+                invalid_turn_advantage=1.0, advantage_estimator="gae").validate()
 
 class TestGiGPO:
     """Step-level credit among the turns of a group that acted from the same state."""

@@ -4,6 +4,7 @@ Algorithm, overlong filtering and `norm_adv_by_std: false` in the batch the lear
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 import numpy as np
@@ -147,3 +148,38 @@ def test_norm_adv_by_std_false_gives_dr_grpo_advantages(bandit_trajectories):
     np.testing.assert_allclose(per_row[False], dr_grpo, atol=1e-6)  # r - mean, no std
     grpo = dr_grpo / (np.array([stds[g] for g in groups]) + 1e-6)
     np.testing.assert_allclose(per_row[True], grpo, rtol=1e-4, atol=1e-6)
+
+
+def test_invalid_turn_advantage_costs_the_refused_turns_tokens_only(bandit_trajectories):
+    trajectories = copy.deepcopy(bandit_trajectories)
+    for i, t in enumerate(trajectories):
+        for turn in t.turns:
+            turn.invalid_action = i % 3 == 0
+    refused = np.array([any(turn.invalid_action for turn in t.turns) for t in trajectories])
+    plain = _batch(trajectories)
+    costed = _batch(trajectories, invalid_turn_advantage=0.5)
+    mask = np.asarray(plain["response_mask"]).astype(bool)
+    delta = np.asarray(costed["advantages"]) - np.asarray(plain["advantages"])
+    np.testing.assert_allclose(delta[refused][mask[refused]], -0.5, atol=1e-6)
+    assert (delta[~mask] == 0).all() and (delta[~refused] == 0).all()
+    np.testing.assert_array_equal(np.asarray(costed["rewards"]), np.asarray(plain["rewards"]))  # outcome untouched
+
+
+def test_shuffled_advantage_control_permutes_episode_advantages(bandit_trajectories):
+    """`learning_curves.py --shuffled-advantages`: the same advantages, on other episodes."""
+    from benchmarks.learning_curves import shuffled_advantage_grpo
+
+    cfg = GRPOConfig().update_from_dict({"env": "agentgym/bandit", "reward_type": "return"})
+
+    def per_episode(batch):
+        rows = batch.policy_batches["default_policy"]
+        mask = np.asarray(rows["response_mask"], dtype=np.float64)
+        return (np.asarray(rows["advantages"]) * mask).sum(1) / mask.sum(1)
+
+    control = object.__new__(shuffled_advantage_grpo())
+    control.config, control._iteration = cfg, 3
+    plain = per_episode(GRPO._build_batch(SimpleNamespace(config=cfg), bandit_trajectories))
+    shuffled = per_episode(control._build_batch(bandit_trajectories))
+    assert np.abs(plain).max() > 0 and not np.allclose(plain, shuffled)
+    np.testing.assert_allclose(np.sort(shuffled), np.sort(plain), atol=1e-6)
+    np.testing.assert_allclose(per_episode(control._build_batch(bandit_trajectories)), shuffled)  # seeded

@@ -560,6 +560,9 @@ def test_training_result_reports_format_error_rates_of_the_batch(ray_local, embe
             kinds.append(_expected_format_error(turn.response, ids, eos_id))
     assert len(kinds) == 8  # 2 tasks x 2 episodes x 2 turns, all of them actions
     assert runners["format_error_rate"] == 1.0
+    # An unparseable reply is an invalid turn too: all 8 of them.
+    assert all(turn.invalid_action for t in rollouts[0].trajectories for turn in t.turns)
+    assert runners["invalid_action_rate"] == 1.0
     assert set(runners["format_error_rate_by_kind"]) == set(FORMAT_ERROR_KINDS)
     for kind in FORMAT_ERROR_KINDS:
         assert runners["format_error_rate_by_kind"][kind] == kinds.count(kind) / len(kinds), kind

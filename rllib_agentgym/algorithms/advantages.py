@@ -37,6 +37,7 @@ __all__ = [
     "gae_advantages",
     "gigpo_advantages",
     "grpo_advantages",
+    "invalid_turn_advantages",
     "masked_mean",
     "masked_whiten",
     "reinforce_plus_plus_advantages",
@@ -437,6 +438,27 @@ def gigpo_advantages(
     adv = (episode.to(torch.float64)[:, None] + step_weight * per_token) * m
     adv = adv.to(_float_dtype(rewards))
     return adv, adv
+
+
+def invalid_turn_advantages(advantages: Tensor, invalid_turns: Tensor, response_mask: Tensor,
+                            penalty: float) -> Tensor:
+    """A turn-level cost on the actions the env refused, on top of any estimator's advantages:
+
+        A'_{i,t} = A_{i,t} - beta * 1[turn k(t) of row i was refused]     k(t) = `turn_index` of token t
+
+    A refused action changes nothing in the env but spends a turn, so its cost
+    is local and known without any outcome: it goes on that turn's tokens
+    alone. Outcome credit cannot say this: in a group where every sample fails
+    (or every one succeeds) A = 0 on every token, and where outcomes differ
+    the refused turn shares its episode's sign with the valid ones around it.
+    ``invalid_turns [B, K]`` is 1 where row i's turn k was refused; tokens of a
+    turn past K get no cost. beta = ``penalty``; masked positions stay 0.
+    """
+    k = turn_index(response_mask)
+    flags = torch.cat([invalid_turns.to(torch.float64), torch.zeros_like(invalid_turns[:, :1], dtype=torch.float64)], 1)
+    k = torch.where((k >= 0) & (k < flags.shape[1] - 1), k, torch.full_like(k, flags.shape[1] - 1))
+    cost = torch.gather(flags, 1, k) * response_mask.to(torch.float64)
+    return (advantages.to(torch.float64) - penalty * cost).to(advantages.dtype)
 
 
 # ----------------------------------------------------------------------------

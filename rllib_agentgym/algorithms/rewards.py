@@ -69,3 +69,13 @@ def turn_rewards(trajectory: Trajectory, reward_type: str = "return",
     if invalid_action_penalty:
         rewards -= invalid_action_penalty * np.array([turn.invalid_action for turn in trajectory.turns], dtype=np.float64)
     return rewards
+
+
+def invalid_turn_flags(trajectories: Sequence[Trajectory]) -> np.ndarray:
+    """[B, K] float32, K the most turns of a trajectory: 1 where turn k of trajectory i
+    was refused by the env (or unparseable), 0 elsewhere and past its last turn."""
+    width = max((len(t.turns) for t in trajectories), default=0)
+    flags = np.zeros((len(trajectories), width), dtype=np.float32)
+    for i, trajectory in enumerate(trajectories):
+        flags[i, : len(trajectory.turns)] = [turn.invalid_action for turn in trajectory.turns]
+    return flags

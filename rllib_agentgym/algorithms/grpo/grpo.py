@@ -28,9 +28,13 @@ from ray.rllib.utils.metrics import (
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
 )
 
-from rllib_agentgym.algorithms.advantages import compute_advantages, dynamic_sampling_keep_mask
+from rllib_agentgym.algorithms.advantages import (
+    compute_advantages,
+    dynamic_sampling_keep_mask,
+    invalid_turn_advantages,
+)
 from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import CRITIC_ONLY
-from rllib_agentgym.algorithms.rewards import REWARD_TYPES, outcome_rewards
+from rllib_agentgym.algorithms.rewards import REWARD_TYPES, invalid_turn_flags, outcome_rewards
 from rllib_agentgym.algorithms.step_anchors import ANCHOR_KINDS, shared_turn_fraction, step_arrays
 from rllib_agentgym.callbacks.scaling_inter import HorizonSchedule, ScalingInterCallback, apply_schedule
 from rllib_agentgym.core.trajectory import Trajectory, pad_batch
@@ -70,6 +74,8 @@ class GRPOConfig(AlgorithmConfig):
         # Loss.
         self.reward_type = "return"  # "return": the env's summed reward; "success": 1[success] (rewards.py)
         self.invalid_action_penalty = 0.0  # subtracted from the outcome reward per invalid turn (rewards.py)
+        # Subtracted from the advantage of the refused turn's own tokens (advantages.invalid_turn_advantages).
+        self.invalid_turn_advantage = 0.0
         self.advantage_estimator = "grpo"
         self.norm_adv_by_std = True
         # GiGPO (advantage_estimator "gigpo"): omega times the step advantage among turns that
@@ -121,6 +127,7 @@ class GRPOConfig(AlgorithmConfig):
         *,
         reward_type: Optional[str] = NotProvided,
         invalid_action_penalty: Optional[float] = NotProvided,
+        invalid_turn_advantage: Optional[float] = NotProvided,
         advantage_estimator: Optional[str] = NotProvided,
         norm_adv_by_std: Optional[bool] = NotProvided,
         step_advantage_weight: Optional[float] = NotProvided,
@@ -152,6 +159,7 @@ class GRPOConfig(AlgorithmConfig):
         super().training(**kwargs)
         for name, value in dict(
             reward_type=reward_type, invalid_action_penalty=invalid_action_penalty,
+            invalid_turn_advantage=invalid_turn_advantage,
             advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
             step_advantage_weight=step_advantage_weight, step_anchor=step_anchor,
             positive_advantage_weight=positive_advantage_weight, negative_advantage_weight=negative_advantage_weight,
@@ -244,8 +252,12 @@ class GRPOConfig(AlgorithmConfig):
             self._value_error(f"loss_agg_mode {self.loss_agg_mode!r} unknown; valid: {list(LOSS_AGG_MODES)}")
         if self.kl_estimator not in KL_KINDS:
             self._value_error(f"kl_estimator {self.kl_estimator!r} unknown; valid: {list(KL_KINDS)}")
-        if not self.invalid_action_penalty >= 0:
-            self._value_error(f"invalid_action_penalty must be >= 0, got {self.invalid_action_penalty!r}")
+        for name in ("invalid_action_penalty", "invalid_turn_advantage"):
+            if not getattr(self, name) >= 0:
+                self._value_error(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.invalid_turn_advantage and self.advantage_estimator not in ("grpo", "rloo", "gigpo"):
+            self._value_error("invalid_turn_advantage needs a group estimator (grpo, rloo, gigpo), "
+                              f"not {self.advantage_estimator!r}")
         if self.step_anchor not in ANCHOR_KINDS:
             self._value_error(f"step_anchor {self.step_anchor!r} unknown; valid: {list(ANCHOR_KINDS)}")
         if not self.step_advantage_weight >= 0:
@@ -441,6 +453,9 @@ class GRPO(Algorithm):
                 kwargs.update(step_returns=torch.as_tensor(step_returns), anchor_ids=torch.as_tensor(anchor_ids),
                               step_weight=cfg.step_advantage_weight)
             advantages, _ = compute_advantages(cfg.advantage_estimator, **kwargs)
+            if cfg.invalid_turn_advantage:
+                advantages = invalid_turn_advantages(advantages, torch.as_tensor(invalid_turn_flags(trajectories)),
+                                                     response_mask, cfg.invalid_turn_advantage)
             arrays["advantages"] = advantages.numpy().astype(np.float32)
         else:
             arrays["advantages"] = np.zeros_like(arrays["response_mask"])
@@ -510,6 +525,8 @@ class GRPO(Algorithm):
             "generated_tokens_per_s": tokens / gen_s,
             "rollout_tokens_per_s": tokens / max(wall_s, 1e-9),
             "format_error_rate": sum(r.num_format_errors for r in rollouts) / actions,
+            # Turns the env refused or could not parse (what `invalid_turn_advantage` costs).
+            "invalid_action_rate": sum(turn.invalid_action for t in trajectories for turn in t.turns) / max(env_steps, 1),
             "env_step_latency_ms_p50": float(np.percentile(latencies, 50) * 1e3) if latencies else float("nan"),
             "truncated_fraction": float(np.mean([t.truncated for t in trajectories])) if n else float("nan"),
             "rollout_wall_s": wall_s,
