@@ -40,6 +40,7 @@ __all__ = [
     "invalid_turn_advantages",
     "masked_mean",
     "masked_whiten",
+    "per_turn_to_tokens",
     "reinforce_plus_plus_advantages",
     "reinforce_pp_returns",
     "rloo_advantages",
@@ -393,6 +394,15 @@ def turn_index(response_mask: Tensor) -> Tensor:
     return torch.where(valid, index, torch.full_like(index, -1))
 
 
+def per_turn_to_tokens(per_turn: Tensor, response_mask: Tensor) -> Tensor:
+    """A value per turn, ``[B, K]``, on that turn's response tokens: ``[B, T]``, 0 on
+    masked positions and on the tokens of a turn past the K-th (`turn_index`)."""
+    k = turn_index(response_mask)
+    padded = torch.cat([per_turn, torch.zeros_like(per_turn[:, :1])], dim=1)  # column K: 0
+    k = torch.where((k >= 0) & (k < per_turn.shape[1]), k, torch.full_like(k, per_turn.shape[1]))
+    return torch.gather(padded, 1, k) * response_mask.to(padded.dtype)
+
+
 def gigpo_advantages(
     rewards: Tensor,
     group_ids: Tensor,
@@ -430,12 +440,8 @@ def gigpo_advantages(
     step = torch.zeros(step_returns.shape, dtype=torch.float64, device=step_returns.device)
     if present.any():
         step[present] = grpo_advantages(step_returns[present].to(torch.float64), anchor_ids[present], eps, norm_by_std)
-    k = turn_index(response_mask)
-    step = torch.cat([step, torch.zeros_like(step[:, :1])], dim=1)  # column K: 0, for tokens with no turn entry
-    k = torch.where((k >= 0) & (k < step.shape[1] - 1), k, torch.full_like(k, step.shape[1] - 1))
-    per_token = torch.gather(step, 1, k)
     m = response_mask.to(torch.float64)
-    adv = (episode.to(torch.float64)[:, None] + step_weight * per_token) * m
+    adv = (episode.to(torch.float64)[:, None] + step_weight * per_turn_to_tokens(step, response_mask)) * m
     adv = adv.to(_float_dtype(rewards))
     return adv, adv
 
@@ -454,10 +460,7 @@ def invalid_turn_advantages(advantages: Tensor, invalid_turns: Tensor, response_
     ``invalid_turns [B, K]`` is 1 where row i's turn k was refused; tokens of a
     turn past K get no cost. beta = ``penalty``; masked positions stay 0.
     """
-    k = turn_index(response_mask)
-    flags = torch.cat([invalid_turns.to(torch.float64), torch.zeros_like(invalid_turns[:, :1], dtype=torch.float64)], 1)
-    k = torch.where((k >= 0) & (k < flags.shape[1] - 1), k, torch.full_like(k, flags.shape[1] - 1))
-    cost = torch.gather(flags, 1, k) * response_mask.to(torch.float64)
+    cost = per_turn_to_tokens(invalid_turns.to(torch.float64), response_mask)
     return (advantages.to(torch.float64) - penalty * cost).to(advantages.dtype)
 
 
