@@ -40,6 +40,10 @@ from rllib_agentgym.callbacks.scaling_inter import HorizonSchedule, ScalingInter
 from rllib_agentgym.core.trajectory import Trajectory, pad_batch
 from rllib_agentgym.env_runners.llm_env_runner import FORMAT_ERROR_KINDS, LLMEnvRunner, RolloutResult
 
+# Estimators whose baseline needs whole groups: the batch's advantages are computed on the
+# driver (`GRPO._build_batch`), before the batch is sharded across learners.
+GROUP_ESTIMATORS = ("grpo", "rloo", "gigpo")
+
 
 # The settings that name a run's starting model (see GRPOConfig.resolve_warm_start).
 WARM_START_KEYS = ("model_path", "init_from", "load_checkpoint")
@@ -255,8 +259,8 @@ class GRPOConfig(AlgorithmConfig):
         for name in ("invalid_action_penalty", "invalid_turn_advantage"):
             if not getattr(self, name) >= 0:
                 self._value_error(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.invalid_turn_advantage and self.advantage_estimator not in ("grpo", "rloo", "gigpo"):
-            self._value_error("invalid_turn_advantage needs a group estimator (grpo, rloo, gigpo), "
+        if self.invalid_turn_advantage and self.advantage_estimator not in GROUP_ESTIMATORS:
+            self._value_error(f"invalid_turn_advantage needs a group estimator ({', '.join(GROUP_ESTIMATORS)}), "
                               f"not {self.advantage_estimator!r}")
         if self.step_anchor not in ANCHOR_KINDS:
             self._value_error(f"step_anchor {self.step_anchor!r} unknown; valid: {list(ANCHOR_KINDS)}")
@@ -437,7 +441,7 @@ class GRPO(Algorithm):
 
             response_mask = overlong_mask(torch.as_tensor(arrays["truncated"]), response_mask)
             arrays["response_mask"] = response_mask.numpy()
-        if cfg.advantage_estimator in ("grpo", "rloo", "gigpo"):
+        if cfg.advantage_estimator in GROUP_ESTIMATORS:
             # Group baselines need whole groups: computed here, before the batch is
             # sharded across learners. Token-level estimators run in the learner.
             kwargs: dict[str, Any] = dict(

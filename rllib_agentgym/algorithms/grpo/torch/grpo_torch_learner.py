@@ -137,7 +137,8 @@ class GRPOTorchLearner(TorchLearner):
     # ---- per-batch precomputation ----------------------------------------------
 
     @torch.no_grad()
-    def _forward_no_grad(self, model, arrays, value_head=None, temperature: float = 1.0) -> Dict[str, np.ndarray]:
+    def _forward_no_grad(self, model, arrays, *, temperature: float, value_head=None) -> Dict[str, np.ndarray]:
+        # `temperature` has no default: pi_old and pi_ref must be scored at the policy's own.
         shape = arrays["input_ids"].shape
         out = {"logprobs": np.zeros(shape, dtype=np.float32)}
         if value_head is not None:
@@ -188,7 +189,8 @@ class GRPOTorchLearner(TorchLearner):
             policy_batch["ref_logprobs"] = ref
         needs_old = self._needs_old_logprobs(policy_batch.count, kwargs)
         if needs_old or cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
-            current = self._forward_no_grad(module.llm, policy_batch, module.value_head, module.temperature)
+            current = self._forward_no_grad(module.llm, policy_batch, temperature=module.temperature,
+                                            value_head=module.value_head)
             policy_batch["old_logprobs"] = current["logprobs"]
             if "values" in current:
                 policy_batch["old_values"] = current["values"]
