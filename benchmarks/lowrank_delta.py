@@ -6,15 +6,19 @@ ships (20 MB an archive); a rank-r factorization of its change is not:
     W' = W_base + U_r diag(S_r) V_r^T,   where  W_tuned - W_base = U diag(S) V^T  (SVD)
 
 for every matrix (the layers' projections at rank `--rank`, the tied embedding at
-`--embedding-rank`); 1-D tensors (norms, biases) are kept whole. For each pair of
-ranks this writes the held-out loss (mean negative log-likelihood of the response
+`--embedding-rank`); 1-D tensors (norms, biases) are kept whole. `--sign-delta` scores
+the form that ships instead, one bit a weight (core/sign_delta.py):
+
+    W' = W_base + diag(alpha) sign(W_tuned - W_base),   alpha_i = mean_j |W_tuned - W_base|_ij
+
+For each pair of ranks this writes the held-out loss (mean negative log-likelihood of the response
 tokens of expert conversations the models never trained on) of the base, the full
-fine-tune and the factorized model, and with `--save DIR` the factorized model
-folder of the last pair, for `rllib evaluate`:
+fine-tune and the factorized model, and with `--save DIR` the folder of the last
+model scored (the sign delta's with `--sign-delta`), for `rllib evaluate`:
 
     rllib experts --env agentgym/textcraft --split test --num 125 --max-steps 15 --out test.jsonl
     python benchmarks/lowrank_delta.py --base smollm2-135m --tuned MODEL_DIR --conversations test.jsonl \\
-        --ranks 16:0,32:0,32:32 --compare embedded-agent-textcraft --save svd32
+        --ranks 16:0,32:0,32:32 --sign-delta --save svd32
 """
 
 from __future__ import annotations
@@ -83,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--num", type=int, default=30, help="conversations scored")
     parser.add_argument("--ranks", default="32:32", help="comma-separated RANK:EMBEDDING_RANK pairs")
     parser.add_argument("--compare", nargs="*", default=[], help="other model_paths to score (e.g. an adapter build)")
-    parser.add_argument("--save", default=None, help="write the last pair's model folder here")
+    parser.add_argument("--sign-delta", action="store_true", help="also score the 1-bit sign delta (what ships)")
+    parser.add_argument("--save", default=None, help="write the last scored model's folder here")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
 
@@ -110,6 +115,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
         result["factorized"].append({"rank": rank, "embedding_rank": embedding_rank, "factor_entries": entries,
                                      "bf16_mb": round(2 * entries / 1e6, 1), "loss": heldout_loss(model, data)})
         print(result["factorized"][-1], file=sys.stderr, flush=True)
+    if args.sign_delta:
+        from rllib_agentgym.core import sign_delta
+
+        tied = tuned.config.tie_word_embeddings  # the head is the embedding: stored once, as on disk
+        untied = {k: v for k, v in base_state.items() if not (tied and k == "lm_head.weight")}
+        stored = sign_delta.compress(untied, {k: tuned_state[k] for k in untied})
+        weights = sign_delta.decompress(untied, stored)
+        if tied:
+            weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+        model = load(base_path)
+        model.load_state_dict(weights)
+        result["sign_delta"] = {"stored_mb": round(sum(t.numel() * t.element_size() for t in stored.values()) / 1e6, 1),
+                                "loss": heldout_loss(model, data)}
+        print(result["sign_delta"], file=sys.stderr, flush=True)
     if args.save and model is not None:
         shutil.copytree(args.tuned, args.save, dirs_exist_ok=True)
         model.to(torch.bfloat16).save_pretrained(args.save)
