@@ -12,7 +12,8 @@ the form that ships instead, one bit a weight (core/sign_delta.py):
     W' = W_base + diag(alpha) sign(W_tuned - W_base),   alpha_i = mean_j |W_tuned - W_base|_ij
 
 For each pair of ranks this writes the held-out loss (mean negative log-likelihood of the response
-tokens of expert conversations the models never trained on) of the base, the full
+tokens of expert conversations the models never trained on; and how far each is from
+the full fine-tune there: KL and argmax agreement) of the base, the full
 fine-tune and the factorized model, and with `--save DIR` the folder of the last
 model scored (the sign delta's with `--sign-delta`), for `rllib evaluate`:
 
@@ -60,17 +61,29 @@ def factorized_delta(base: Mapping[str, torch.Tensor], tuned: Mapping[str, torch
     return out, entries
 
 
-def heldout_loss(model, data: Sequence[tuple[list[int], list[int]]]) -> float:
-    """Mean negative log-likelihood of the masked (response) tokens."""
-    total, count = 0.0, 0.0
+def response_logprobs(model, data: Sequence[tuple[list[int], list[int]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per conversation: log pi(. | prefix) at the masked (response) positions, and the tokens there."""
+    out = []
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         for ids, mask in data:
             x = torch.tensor([ids])
-            nll = torch.nn.functional.cross_entropy(model(x).logits.float()[0, :-1], x[0, 1:], reduction="none")
-            m = torch.tensor(mask[1:], dtype=torch.float32)
-            total += float((nll * m).sum())
-            count += float(m.sum())
-    return total / count
+            m = torch.tensor(mask[1:], dtype=torch.bool)
+            out.append((model(x).logits.float()[0, :-1][m].log_softmax(-1), x[0, 1:][m]))
+    return out
+
+
+def heldout_loss(logprobs: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Mean negative log-likelihood of the response tokens."""
+    nll = torch.cat([-lp.gather(1, y[:, None])[:, 0] for lp, y in logprobs])
+    return float(nll.mean())
+
+
+def divergence(reference: list[tuple[torch.Tensor, torch.Tensor]], logprobs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+    """How far a model is from the reference (the full fine-tune) on the response positions:
+    mean KL(p_ref || p) in nats a token, and the share of positions where both argmaxes agree."""
+    kl = torch.cat([(p.exp() * (p - q)).sum(-1) for (p, _), (q, _) in zip(reference, logprobs)])
+    agree = torch.cat([p.argmax(-1) == q.argmax(-1) for (p, _), (q, _) in zip(reference, logprobs)])
+    return {"kl_from_tuned": float(kl.mean()), "argmax_agreement": float(agree.float().mean())}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -101,11 +114,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
     data = [tokenize(tokenizer, chat, c) for c in load_jsonl(args.conversations)[: args.num]]
     base, tuned = load(base_path), load(args.tuned)
     base_state, tuned_state = base.state_dict(), tuned.state_dict()
+    reference = response_logprobs(tuned, data)
+
+    def scores(model) -> dict:
+        logprobs = response_logprobs(model, data)
+        return {"loss": heldout_loss(logprobs), **divergence(reference, logprobs)}
+
     result = {"meta": meta(__file__, argv), "base": str(args.base), "tuned": str(args.tuned),
-              "num_conversations": len(data), "loss": {"base": heldout_loss(base, data), "tuned": heldout_loss(tuned, data)},
+              "num_conversations": len(data), "loss": {"base": heldout_loss(response_logprobs(base, data)),
+                                                       "tuned": heldout_loss(reference)},
+              "compared": {other: scores(load(resolve_model_path(other))) for other in args.compare},
               "factorized": []}
-    for other in args.compare:
-        result["loss"][other] = heldout_loss(load(resolve_model_path(other)), data)
     model = None
     for pair in filter(None, args.ranks.split(",")):
         rank, embedding_rank = (int(x) for x in pair.split(":"))
@@ -113,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         model = load(base_path)
         model.load_state_dict(weights)
         result["factorized"].append({"rank": rank, "embedding_rank": embedding_rank, "factor_entries": entries,
-                                     "bf16_mb": round(2 * entries / 1e6, 1), "loss": heldout_loss(model, data)})
+                                     "bf16_mb": round(2 * entries / 1e6, 1), **scores(model)})
         print(result["factorized"][-1], file=sys.stderr, flush=True)
     if args.sign_delta:
         from rllib_agentgym.core import sign_delta
@@ -127,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         model = load(base_path)
         model.load_state_dict(weights)
         result["sign_delta"] = {"stored_mb": round(sum(t.numel() * t.element_size() for t in stored.values()) / 1e6, 1),
-                                "loss": heldout_loss(model, data)}
+                                **scores(model)}
         print(result["sign_delta"], file=sys.stderr, flush=True)
     if args.save and model is not None:
         shutil.copytree(args.tuned, args.save, dirs_exist_ok=True)

@@ -410,3 +410,37 @@ def test_lowrank_delta_factorizes_each_matrix_change_and_ties_the_head():
     assert torch.equal(out["lm_head.weight"], base["lm_head.weight"]) and out["lm_head.weight"] is not out["model.embed_tokens.weight"]
     out, entries = factorized_delta(base, tuned, rank=1, embedding_rank=4)
     assert torch.allclose(out["lm_head.weight"], tuned["lm_head.weight"], atol=1e-5) and entries == 10 + 2 * 4 * 16
+
+
+def test_lowrank_delta_scores_the_sign_delta_against_the_full_fine_tune(tmp_path):
+    """A change of one magnitude a row is what the sign delta stores exactly: no KL from the
+    tuned model, every argmax the same; a rank-1 factorization of a random change is further off."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from benchmarks.lowrank_delta import main as lowrank_delta
+    from rllib_agentgym.core.embedded import resolve_model_path
+    from rllib_agentgym.data.conversations import write_jsonl
+    from rllib_agentgym.data.experts import expert_conversations
+
+    base = resolve_model_path("embedded")
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if weight.ndim == 2:
+                signs = torch.randint(0, 2, weight.shape, generator=g).float() * 2 - 1
+                weight += 0.05 * torch.rand(weight.shape[0], 1, generator=g) * signs
+    model.save_pretrained(tmp_path / "tuned")
+    AutoTokenizer.from_pretrained(base).save_pretrained(tmp_path / "tuned")
+    write_jsonl(tmp_path / "held_out.jsonl", expert_conversations("agentgym/textcraft", "test", 2, max_steps=15))
+    out = tmp_path / "lowrank.json"
+    result = lowrank_delta(["--base", "embedded", "--tuned", str(tmp_path / "tuned"), "--conversations",
+                            str(tmp_path / "held_out.jsonl"), "--num", "2", "--ranks", "1:0", "--sign-delta",
+                            "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    sign = result["sign_delta"]
+    assert sign["loss"] == pytest.approx(result["loss"]["tuned"], rel=1e-3) and sign["kl_from_tuned"] < 1e-4
+    assert sign["argmax_agreement"] == 1.0
+    (factorized,) = result["factorized"]
+    assert factorized["kl_from_tuned"] > 100 * max(sign["kl_from_tuned"], 1e-6)
