@@ -106,6 +106,8 @@ def recipe_from_json(text: str | None, name: str = "embedded-agent"):
             raise SystemExit(f"--recipe: {error}") from None
     if "data" in changes:
         changes["data"] = data_from_json(changes["data"])
+    if "lora" in changes and not changes["lora"]:  # [] or {}: all weights, the recipe's neutral ()
+        changes["lora"] = ()
     if isinstance(changes.get("lora"), dict):  # the recipe keeps it as sorted (key, value) items
         changes["lora"] = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
                                        for k, v in changes["lora"].items()))
