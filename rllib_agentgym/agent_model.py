@@ -239,7 +239,7 @@ def textcraft_pretrained_agent_recipe() -> AgentRecipe:
     pass over the 499 train conversations (about 9 s per step of 4 on 2
     cores) fits the 20-minute budget. All weights at lr 1e-4 solve twice the
     test tasks of a LoRA adapter (r 16) at 5e-4; the change from the base
-    ships as its signs and row scales (core/sign_delta.py, 17 MB), applied
+    ships as its signs and row scales (core/sign_delta.py; a 16 MB archive), applied
     to the converted base when unpacked.
     """
     return _pretrained_full_recipe(ExpertData("agentgym/textcraft", 800, 15), iterations=125, lr_warmup_iterations=10)

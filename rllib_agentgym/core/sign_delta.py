@@ -6,8 +6,9 @@ alpha_i is the least-squares scale of row i's signs (argmin_a ||d_i - a s_i||^2 
 is a = <d_i, s_i> / n = mean |d_i|). BitDelta (Liu et al., 2024) keeps one scale a matrix; a scale
 a row costs 4 bytes a row and fits better. 1-D tensors (norms, biases) are stored whole.
 
-A fine-tune of SmolLM2-135M (134.5M weights, 270 MB in bf16) becomes 17 MB this way, with the
-held-out loss of the full fine-tune (docs/learning.md, section 2): what lets the repository ship it.
+A fine-tune of SmolLM2-135M (134.5M weights, 270 MB in bf16) becomes 18 MB this way (16 MB in
+xz), with the held-out loss of the full fine-tune (docs/learning.md, section 2): what lets the
+repository ship it.
 """
 
 from __future__ import annotations
