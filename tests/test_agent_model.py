@@ -175,16 +175,16 @@ def test_family_agent_on_the_pretrained_base_unpacks_beside_the_shared_one(famil
     assert AutoTokenizer.from_pretrained(path).get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
 
 
-def test_textcraft_agent_unpacks_from_its_sign_delta_onto_the_pretrained_base():
+def test_textcraft_agent_unpacks_from_its_sign_delta_onto_the_pretrained_base(tmp_path):
     """The shipped TextCraft agent is a full fine-tune's change alone (signs and row scales);
     unpacking converts the pretrained base (core/pretrained.py) and applies it, so the folder
-    loads like any model."""
-    from rllib_agentgym.agent_model import SIGN_DELTA_FILE
+    loads like any model. Unpacked afresh here: a cache may hold a local build instead."""
+    from rllib_agentgym.agent_model import SIGN_DELTA_FILE, unpack_shipped
 
     name = "embedded-agent-textcraft"
-    path = resolve_model_path(name)
-    assert path == str(agent_model_path(name=name))
-    recipe = json.loads((agent_model_path(name=name) / "agent_recipe.json").read_text())
+    assert resolve_model_path(name) == str(agent_model_path(name=name))
+    path = unpack_shipped(tmp_path / name, name)
+    recipe = json.loads((path / "agent_recipe.json").read_text())
     assert recipe["fingerprint"] == agent_recipe(name).fingerprint() and recipe["base_model"] == "smollm2-135m"
     assert recipe["lora"] == []  # all weights were trained
     base = resolve_model_path("smollm2-135m")
@@ -198,9 +198,9 @@ def test_textcraft_agent_unpacks_from_its_sign_delta_onto_the_pretrained_base():
         "model.layers.0.mlp.down_proj.weight")
     # One magnitude a row: what sign_delta.decompress writes.
     assert torch.allclose(change.abs(), change.abs()[:, :1].expand_as(change), rtol=1e-3, atol=1e-7)
-    assert (agent_model_path(name=name) / SIGN_DELTA_FILE).exists()
+    assert (path / SIGN_DELTA_FILE).exists()
     # vLLM loads every top-level *.safetensors file as weights: the stored change must not be one.
-    assert [f.name for f in agent_model_path(name=name).glob("*.safetensors")] == ["model.safetensors"]
+    assert [f.name for f in path.glob("*.safetensors")] == ["model.safetensors"]
 
 
 def test_a_full_fine_tune_ships_its_sign_delta_and_unpacks_to_base_plus_it(tmp_path):
