@@ -63,7 +63,8 @@ def greedy_success(algo) -> dict[str, Any]:
     """Greedy success on the evaluation split, overall and per category (the Algorithm's own evaluation)."""
     result = algo.evaluate()["env_runners"]
     return {"success_rate": float(result["success_rate"]),
-            "by_category": {k: float(v) for k, v in dict(result.get("success_rate_by_category") or {}).items()}}
+            "by_category": {k: float(v) for k, v in dict(result.get("success_rate_by_category") or {}).items()},
+            **{k: float(result[k]) for k in ("invalid_action_rate", "repeated_refusal_rate") if k in result}}
 
 
 # Far from the training calls' indices, so the sampled evaluation never replays a training draw.
@@ -192,6 +193,7 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
             train.append({"iteration": i, "success_rate": float(runners["success_rate"]),
                           "horizon": int(runners["horizon"]), "num_turns_mean": float(runners["num_turns_mean"]),
                           "invalid_action_rate": float(runners.get("invalid_action_rate", float("nan"))),
+                          "repeated_refusal_rate": float(runners.get("repeated_refusal_rate", float("nan"))),
                           **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss") if k in learner}})
             log(f"    iteration {i}: " + ", ".join(f"{k} {v:.3g}" for k, v in train[-1].items() if k != "iteration"))
             if i % eval_every == 0 or i == iterations:

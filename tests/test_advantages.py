@@ -420,6 +420,61 @@ class TestInvalidTurnAdvantage:
             GRPOConfig().environment("agentgym/textcraft").training(
                 invalid_turn_advantage=1.0, advantage_estimator="gae").validate()
 
+    def test_repeated_refusal_flags(self):
+        """Only a refused action sent again right after its refusal is flagged."""
+        from rllib_agentgym.algorithms.rewards import repeated_refusal_flags
+        from rllib_agentgym.core.trajectory import Trajectory, Turn
+
+        rows = [
+            # refused, the same again (flag), again (flag), then another refused action (no flag)
+            [("go to ball", True), ("go to ball", True), ("go to ball", True), ("go to key", True)],
+            # a valid turn between two sends of the same action: the second is a first refusal
+            [("go to ball", True), ("turn left", False), ("go to ball", True)],
+            # the same action, valid the first time (the env moved on): not a repeated refusal
+            [("move forward", False), ("move forward", True)],
+            [],
+        ]
+        trajs = [Trajectory(env="babyai", data_idx=i, group_id=0) for i in range(len(rows))]
+        for t, row in zip(trajs, rows):
+            t.turns = [Turn("obs", f"Action: {a}", a, invalid_action=f) for a, f in row]
+        assert repeated_refusal_flags(trajs).tolist() == [[0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+        assert repeated_refusal_flags([]).shape == (0, 0)
+
+    def test_build_batch_costs_the_repeated_refusals_tokens_only(self):
+        """Through the batch GRPO hands the learner: the cost lands on the repeat's tokens."""
+        from types import SimpleNamespace
+
+        from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
+        from rllib_agentgym.core.trajectory import Trajectory, Turn
+
+        def episode(turns, success):
+            t = Trajectory(env="babyai", data_idx=0, group_id=0, reward=float(success), success=success)
+            t.turns = [Turn("obs", f"Action: {a}", a, invalid_action=f) for a, f in turns]
+            t.append([9, 9], generated=False)  # the prompt
+            for k in range(len(turns)):
+                if k:
+                    t.append([8], generated=False)  # an observation
+                t.append([5, 5], generated=True)
+            return t
+
+        trajs = [episode([("go to ball", True), ("go to ball", True), ("turn left", False)], False),
+                 episode([("go to ball", True), ("turn left", False), ("go to ball", True)], True)]
+        cfg = GRPOConfig().training(repeated_refusal_advantage=0.5)
+        costed = GRPO._build_batch(SimpleNamespace(config=cfg), trajs).policy_batches["default_policy"]
+        plain = GRPO._build_batch(SimpleNamespace(config=GRPOConfig()), trajs).policy_batches["default_policy"]
+        delta = torch.as_tensor(costed["advantages"]) - torch.as_tensor(plain["advantages"])
+        # Row 0's second turn (tokens 5-6) repeats its refused first turn; row 1 never repeats one.
+        close(delta, [[0, 0, 0, 0, 0, -0.5, -0.5, 0, 0, 0], [0] * 10], atol=1e-6)
+
+    def test_repeated_refusal_config_checks(self):
+        from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+        with pytest.raises(ValueError, match="repeated_refusal_advantage"):
+            GRPOConfig().environment("agentgym/textcraft").training(repeated_refusal_advantage=-1.0).validate()
+        with pytest.raises(ValueError, match="repeated_refusal_advantage needs a group estimator"):
+            GRPOConfig().environment("agentgym/textcraft").training(
+                repeated_refusal_advantage=1.0, advantage_estimator="gae").validate()
+
 class TestGiGPO:
     """Step-level credit among the turns of a group that acted from the same state."""
 

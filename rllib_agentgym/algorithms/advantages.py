@@ -458,7 +458,9 @@ def invalid_turn_advantages(advantages: Tensor, invalid_turns: Tensor, response_
     (or every one succeeds) A = 0 on every token, and where outcomes differ
     the refused turn shares its episode's sign with the valid ones around it.
     ``invalid_turns [B, K]`` is 1 where row i's turn k was refused; tokens of a
-    turn past K get no cost. beta = ``penalty``; masked positions stay 0.
+    turn past K get no cost. beta = ``penalty``; masked positions stay 0. With
+    ``rewards.repeated_refusal_flags`` as ``invalid_turns`` it costs only the turns that
+    send a refused action again (GRPO's ``repeated_refusal_advantage``).
     """
     cost = per_turn_to_tokens(invalid_turns.to(torch.float64), response_mask)
     return (advantages.to(torch.float64) - penalty * cost).to(advantages.dtype)

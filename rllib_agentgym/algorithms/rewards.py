@@ -79,3 +79,20 @@ def invalid_turn_flags(trajectories: Sequence[Trajectory]) -> np.ndarray:
     for i, trajectory in enumerate(trajectories):
         flags[i, : len(trajectory.turns)] = [turn.invalid_action for turn in trajectory.turns]
     return flags
+
+
+def repeated_refusal_flags(trajectories: Sequence[Trajectory]) -> np.ndarray:
+    """[B, K] float32: 1 where turn k of trajectory i repeats the action the env refused at
+    turn k - 1 and is refused again, 0 elsewhere and past its last turn.
+
+    A refused action leaves the env as it was, so sending it again cannot help: unlike a
+    first refusal (whose words can be right in another state), a repeat is wrong wherever
+    it stands, and the refusal it repeats is in the context the model acted from.
+    """
+    width = max((len(t.turns) for t in trajectories), default=0)
+    flags = np.zeros((len(trajectories), width), dtype=np.float32)
+    for i, trajectory in enumerate(trajectories):
+        for k in range(1, len(trajectory.turns)):
+            before, turn = trajectory.turns[k - 1], trajectory.turns[k]
+            flags[i, k] = before.invalid_action and turn.invalid_action and turn.action == before.action
+    return flags

@@ -34,7 +34,12 @@ from rllib_agentgym.algorithms.advantages import (
     invalid_turn_advantages,
 )
 from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import CRITIC_ONLY
-from rllib_agentgym.algorithms.rewards import REWARD_TYPES, invalid_turn_flags, outcome_rewards
+from rllib_agentgym.algorithms.rewards import (
+    REWARD_TYPES,
+    invalid_turn_flags,
+    outcome_rewards,
+    repeated_refusal_flags,
+)
 from rllib_agentgym.algorithms.step_anchors import ANCHOR_KINDS, shared_turn_fraction, step_arrays
 from rllib_agentgym.callbacks.scaling_inter import HorizonSchedule, ScalingInterCallback, apply_schedule
 from rllib_agentgym.core.trajectory import Trajectory, pad_batch
@@ -80,6 +85,9 @@ class GRPOConfig(AlgorithmConfig):
         self.invalid_action_penalty = 0.0  # subtracted from the outcome reward per invalid turn (rewards.py)
         # Subtracted from the advantage of the refused turn's own tokens (advantages.invalid_turn_advantages).
         self.invalid_turn_advantage = 0.0
+        # The same, only on a turn that repeats the action refused the turn before
+        # (rewards.repeated_refusal_flags): wrong in every state, unlike a first refusal.
+        self.repeated_refusal_advantage = 0.0
         self.advantage_estimator = "grpo"
         self.norm_adv_by_std = True
         # GiGPO (advantage_estimator "gigpo"): omega times the step advantage among turns that
@@ -132,6 +140,7 @@ class GRPOConfig(AlgorithmConfig):
         reward_type: Optional[str] = NotProvided,
         invalid_action_penalty: Optional[float] = NotProvided,
         invalid_turn_advantage: Optional[float] = NotProvided,
+        repeated_refusal_advantage: Optional[float] = NotProvided,
         advantage_estimator: Optional[str] = NotProvided,
         norm_adv_by_std: Optional[bool] = NotProvided,
         step_advantage_weight: Optional[float] = NotProvided,
@@ -163,7 +172,7 @@ class GRPOConfig(AlgorithmConfig):
         super().training(**kwargs)
         for name, value in dict(
             reward_type=reward_type, invalid_action_penalty=invalid_action_penalty,
-            invalid_turn_advantage=invalid_turn_advantage,
+            invalid_turn_advantage=invalid_turn_advantage, repeated_refusal_advantage=repeated_refusal_advantage,
             advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
             step_advantage_weight=step_advantage_weight, step_anchor=step_anchor,
             positive_advantage_weight=positive_advantage_weight, negative_advantage_weight=negative_advantage_weight,
@@ -256,12 +265,13 @@ class GRPOConfig(AlgorithmConfig):
             self._value_error(f"loss_agg_mode {self.loss_agg_mode!r} unknown; valid: {list(LOSS_AGG_MODES)}")
         if self.kl_estimator not in KL_KINDS:
             self._value_error(f"kl_estimator {self.kl_estimator!r} unknown; valid: {list(KL_KINDS)}")
-        for name in ("invalid_action_penalty", "invalid_turn_advantage"):
+        for name in ("invalid_action_penalty", "invalid_turn_advantage", "repeated_refusal_advantage"):
             if not getattr(self, name) >= 0:
                 self._value_error(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.invalid_turn_advantage and self.advantage_estimator not in GROUP_ESTIMATORS:
-            self._value_error(f"invalid_turn_advantage needs a group estimator ({', '.join(GROUP_ESTIMATORS)}), "
-                              f"not {self.advantage_estimator!r}")
+        for name in ("invalid_turn_advantage", "repeated_refusal_advantage"):
+            if getattr(self, name) and self.advantage_estimator not in GROUP_ESTIMATORS:
+                self._value_error(f"{name} needs a group estimator ({', '.join(GROUP_ESTIMATORS)}), "
+                                  f"not {self.advantage_estimator!r}")
         if self.step_anchor not in ANCHOR_KINDS:
             self._value_error(f"step_anchor {self.step_anchor!r} unknown; valid: {list(ANCHOR_KINDS)}")
         if not self.step_advantage_weight >= 0:
@@ -460,6 +470,9 @@ class GRPO(Algorithm):
             if cfg.invalid_turn_advantage:
                 advantages = invalid_turn_advantages(advantages, torch.as_tensor(invalid_turn_flags(trajectories)),
                                                      response_mask, cfg.invalid_turn_advantage)
+            if cfg.repeated_refusal_advantage:
+                advantages = invalid_turn_advantages(advantages, torch.as_tensor(repeated_refusal_flags(trajectories)),
+                                                     response_mask, cfg.repeated_refusal_advantage)
             arrays["advantages"] = advantages.numpy().astype(np.float32)
         else:
             arrays["advantages"] = np.zeros_like(arrays["response_mask"])
@@ -531,6 +544,8 @@ class GRPO(Algorithm):
             "format_error_rate": sum(r.num_format_errors for r in rollouts) / actions,
             # Turns the env refused or could not parse (what `invalid_turn_advantage` costs).
             "invalid_action_rate": sum(turn.invalid_action for t in trajectories for turn in t.turns) / max(env_steps, 1),
+            # Of those, the turns that repeat the refusal just before (`repeated_refusal_advantage`).
+            "repeated_refusal_rate": float(repeated_refusal_flags(trajectories).sum()) / max(env_steps, 1),
             "env_step_latency_ms_p50": float(np.percentile(latencies, 50) * 1e3) if latencies else float("nan"),
             "truncated_fraction": float(np.mean([t.truncated for t in trajectories])) if n else float("nan"),
             "rollout_wall_s": wall_s,
