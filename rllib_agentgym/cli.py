@@ -110,6 +110,10 @@ def _evaluate_parser(sub) -> None:
     p.add_argument("--engine", choices=["vllm", "hf", "auto"], default=None, help="inference engine")
     p.add_argument("--env-config", default=None, help="JSON env_config, e.g. '{\"server_url\": \"http://...\"}'")
     p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="context limit in tokens (default: the checkpoint's, or 4096); an episode ends at it")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="engine weights' dtype (default: the checkpoint's, or float32 for a model dir)")
     p.add_argument("--batch-episodes", type=int, default=32, help="episodes per generation batch")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--opponent", default="auto", choices=["auto", "self", "random", "heuristic", "scripted"],

@@ -138,6 +138,7 @@ class EvalReport:
     tasks: list[TaskOutcome]
     num_dropped_episodes: int = 0
     wall_s: float = 0.0
+    model_dtype: str = "float32"  # the engine's weights: greedy outcomes can differ between dtypes
     # `Trajectory.summary()` of every episode played (the dialogues), for `--episodes`.
     episodes: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
@@ -294,10 +295,12 @@ def evaluate(source: str, *, env: str | None = None, split: str = "test", k: int
              max_turns: int | None = None, num_tasks: int | None = None, engine: str | None = None,
              env_config: Mapping[str, Any] | None = None, seed: int = 0, batch_episodes: int = 32,
              max_new_tokens: int | None = None, max_model_len: int | None = None,
-             progress: bool = True) -> EvalReport:
+             model_dtype: str | None = None, progress: bool = True) -> EvalReport:
     """Avg@k / Pass@k of a checkpoint or model on an env split (see module doc).
 
-    temperature 0 decodes greedily (then all k samples of a task are alike)."""
+    temperature 0 decodes greedily (then all k samples of a task are alike). `model_dtype`
+    overrides the policy's (a model dir: float32), e.g. "bfloat16" to score it as a bf16
+    training run's evaluation does."""
     import time
 
     from tqdm.auto import tqdm
@@ -306,6 +309,8 @@ def evaluate(source: str, *, env: str | None = None, split: str = "test", k: int
         raise ValueError("k must be >= 1")
     start = time.perf_counter()
     policy = load_policy(source)
+    if model_dtype is not None:
+        policy.model_dtype = model_dtype
     runner = build_runner(policy, env=env, split=split, temperature=temperature, max_turns=max_turns,
                           engine=engine, env_config=env_config, seed=seed, max_new_tokens=max_new_tokens,
                           max_model_len=max_model_len)
@@ -327,7 +332,7 @@ def evaluate(source: str, *, env: str | None = None, split: str = "test", k: int
         return EvalReport(
             model=policy.name, env=runner.spec.name, split=split, k=k, temperature=float(temperature),
             max_turns=runner.get_max_turns(), scores=score(outcomes, runner.spec.category_order()), tasks=outcomes,
-            num_dropped_episodes=dropped, wall_s=time.perf_counter() - start,
+            num_dropped_episodes=dropped, wall_s=time.perf_counter() - start, model_dtype=runner.config.model_dtype,
             episodes=[t.summary() for t in trajectories],
         )
     finally:
@@ -441,13 +446,16 @@ def evaluate_main(args) -> int:
     if is_multiagent_env(args.env or checkpoint_env(args.source)):
         if args.episodes:
             raise ValueError("--episodes is for single-agent envs; multi-agent reports have win / draw / loss only")
+        if args.dtype or args.max_model_len:
+            raise ValueError("--dtype and --max-model-len are for single-agent envs")
         return evaluate_multiagent_main(args)  # win / draw / loss against fixed opponents
 
     report = evaluate(
         args.source, env=args.env, split=args.split, k=args.k, temperature=args.temperature,
         max_turns=args.max_turns, num_tasks=args.num_tasks, engine=args.engine,
         env_config=parse_json_arg("--env-config", args.env_config), seed=args.seed,
-        batch_episodes=args.batch_episodes, max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
+        batch_episodes=args.batch_episodes, max_new_tokens=args.max_new_tokens, max_model_len=args.max_model_len,
+        model_dtype=args.dtype, progress=not args.no_progress,
     )
     table = report.markdown()
     print(table)

@@ -213,6 +213,21 @@ def test_evaluate_cli_on_a_model_folder_with_a_progress_bar(embedded_model, tmp_
     assert "textcraft/test" in folder_io.err and "2/2" in folder_io.err and "Avg@2=" in folder_io.err
     assert "textcraft/test" not in hub_io.err
     assert "| Avg@2 |" in folder_io.out
+    assert folder["model_dtype"] == "float32"  # a model dir's default
+
+
+def test_evaluate_cli_dtype_and_context_flags(embedded_model, tmp_path):
+    """`--dtype` and `--max-model-len` set the engine as a training run's config would."""
+    from rllib_agentgym.cli import main
+
+    out = tmp_path / "bf16.json"
+    assert main(["evaluate", embedded_model, "--env", "agentgym/textcraft", "--engine", "hf", "--num-tasks", "1",
+                 "--max-turns", "1", "--max-new-tokens", "8", "--dtype", "bfloat16", "--max-model-len", "1024",
+                 "--no-progress", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["model_dtype"] == "bfloat16" and report["overall"]["num_episodes"] == 1
+    with pytest.raises(SystemExit):  # argparse refuses a dtype the engines do not take
+        main(["evaluate", embedded_model, "--env", "agentgym/textcraft", "--dtype", "int4"])
 
 
 # ---- one real training iteration: periodic evaluation, dashboard metrics, checkpoint ------
@@ -360,6 +375,8 @@ def test_evaluate_episodes_flag_is_refused_for_multiagent_envs(tmp_path, capsys)
     code = main(["evaluate", "embedded", "--env", "agentgym/tictactoe", "--episodes", str(out), "--no-progress"])
     assert code != 0 and not out.exists()
     assert "--episodes is for single-agent envs" in capsys.readouterr().err
+    code = main(["evaluate", "embedded", "--env", "agentgym/tictactoe", "--dtype", "bfloat16", "--no-progress"])
+    assert code != 0 and "--dtype and --max-model-len are for single-agent envs" in capsys.readouterr().err
 
 
 @pytest.mark.slow
