@@ -411,13 +411,12 @@ def evaluate_during_training(algo) -> dict[str, Any]:
         )
     else:
         rollouts = [play_at_horizon(group.local_env_runner, task_ids, horizon)]
-    from rllib_agentgym.algorithms.rewards import invalid_turn_flags, repeated_refusal_flags
+    from rllib_agentgym.algorithms.rewards import refusal_rates
     from rllib_agentgym.envs.registry import get_spec
 
     trajectories = [t for r in rollouts for t in r.trajectories]
     scores = score(outcomes_from_trajectories(trajectories), get_spec(cfg.env).category_order())
     overall = scores["overall"]
-    turns = max(sum(len(t.turns) for t in trajectories), 1)
     results = {
         "episode_return_mean": overall["reward_mean"],
         "success_rate": overall["avg_at_k"],  # Avg@1 with greedy decoding
@@ -429,8 +428,7 @@ def evaluate_during_training(algo) -> dict[str, Any]:
         "horizon": horizon,
         "success_rate_by_category": {c: s["avg_at_k"] for c, s in scores["categories"].items()},
         # Turns the env refused, and those that resend the action refused just before.
-        "invalid_action_rate": float(invalid_turn_flags(trajectories).sum()) / turns,
-        "repeated_refusal_rate": float(repeated_refusal_flags(trajectories).sum()) / turns,
+        **refusal_rates(trajectories),
     }
     from rllib_agentgym.metrics import record_evaluation, run_tags
 

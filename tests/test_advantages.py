@@ -389,13 +389,20 @@ class TestOutcomeRewards:
 class TestInvalidTurnAdvantage:
     """`invalid_turn_advantage`: a cost on the refused turn's own tokens."""
 
-    def test_flags_per_turn(self):
-        from rllib_agentgym.algorithms.rewards import invalid_turn_flags
+    @staticmethod
+    def trajectories(rows):
+        """One trajectory per row of (action, refused) turns, no tokens."""
         from rllib_agentgym.core.trajectory import Trajectory, Turn
 
-        trajs = [Trajectory(env="babyai", data_idx=0, group_id=0) for _ in range(3)]
-        for t, flags in zip(trajs, [[False, True, True], [True], []]):
-            t.turns = [Turn("obs", "Action: x", "x", invalid_action=f) for f in flags]
+        trajs = [Trajectory(env="babyai", data_idx=i, group_id=0) for i in range(len(rows))]
+        for t, row in zip(trajs, rows):
+            t.turns = [Turn("obs", f"Action: {a}", a, invalid_action=f) for a, f in row]
+        return trajs
+
+    def test_flags_per_turn(self):
+        from rllib_agentgym.algorithms.rewards import invalid_turn_flags
+
+        trajs = self.trajectories([[("x", False), ("x", True), ("x", True)], [("x", True)], []])
         assert invalid_turn_flags(trajs).tolist() == [[0, 1, 1], [1, 0, 0], [0, 0, 0]]
         assert invalid_turn_flags([]).shape == (0, 0)
 
@@ -411,21 +418,21 @@ class TestInvalidTurnAdvantage:
         close(invalid_turn_advantages(adv, refused, mask, 0.0), adv)
         close(invalid_turn_advantages(adv, refused[:, :1], mask, 1.0)[0], adv[0])
 
-    def test_config_checks(self):
+    @pytest.mark.parametrize("name", ["invalid_turn_advantage", "repeated_refusal_advantage"])
+    def test_config_checks(self, name):
         from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 
-        with pytest.raises(ValueError, match="invalid_turn_advantage"):
-            GRPOConfig().environment("agentgym/textcraft").training(invalid_turn_advantage=-1.0).validate()
-        with pytest.raises(ValueError, match="group estimator"):
+        with pytest.raises(ValueError, match=f"{name} must be >= 0"):
+            GRPOConfig().environment("agentgym/textcraft").training(**{name: -1.0}).validate()
+        with pytest.raises(ValueError, match=f"{name} needs a group estimator"):
             GRPOConfig().environment("agentgym/textcraft").training(
-                invalid_turn_advantage=1.0, advantage_estimator="gae").validate()
+                **{name: 1.0}, advantage_estimator="gae").validate()
 
     def test_repeated_refusal_flags(self):
         """Only a refused action sent again right after its refusal is flagged."""
-        from rllib_agentgym.algorithms.rewards import repeated_refusal_flags
-        from rllib_agentgym.core.trajectory import Trajectory, Turn
+        from rllib_agentgym.algorithms.rewards import refusal_rates, repeated_refusal_flags
 
-        rows = [
+        trajs = self.trajectories([
             # refused, the same again (flag), again (flag), then another refused action (no flag)
             [("go to ball", True), ("go to ball", True), ("go to ball", True), ("go to key", True)],
             # a valid turn between two sends of the same action: the second is a first refusal
@@ -433,32 +440,28 @@ class TestInvalidTurnAdvantage:
             # the same action, valid the first time (the env moved on): not a repeated refusal
             [("move forward", False), ("move forward", True)],
             [],
-        ]
-        trajs = [Trajectory(env="babyai", data_idx=i, group_id=0) for i in range(len(rows))]
-        for t, row in zip(trajs, rows):
-            t.turns = [Turn("obs", f"Action: {a}", a, invalid_action=f) for a, f in row]
+        ])
         assert repeated_refusal_flags(trajs).tolist() == [[0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
         assert repeated_refusal_flags([]).shape == (0, 0)
+        # 7 of the 9 turns refused, 2 of them repeats; no turns at all: 0, not a division by zero.
+        assert refusal_rates(trajs) == pytest.approx({"invalid_action_rate": 7 / 9, "repeated_refusal_rate": 2 / 9})
+        assert refusal_rates([]) == {"invalid_action_rate": 0.0, "repeated_refusal_rate": 0.0}
 
     def test_build_batch_costs_the_repeated_refusals_tokens_only(self):
         """Through the batch GRPO hands the learner: the cost lands on the repeat's tokens."""
         from types import SimpleNamespace
 
         from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
-        from rllib_agentgym.core.trajectory import Trajectory, Turn
 
-        def episode(turns, success):
-            t = Trajectory(env="babyai", data_idx=0, group_id=0, reward=float(success), success=success)
-            t.turns = [Turn("obs", f"Action: {a}", a, invalid_action=f) for a, f in turns]
+        trajs = self.trajectories([[("go to ball", True), ("go to ball", True), ("turn left", False)],
+                                   [("go to ball", True), ("turn left", False), ("go to ball", True)]])
+        for t, success in zip(trajs, (False, True)):
+            t.reward, t.success = float(success), success
             t.append([9, 9], generated=False)  # the prompt
-            for k in range(len(turns)):
+            for k in range(len(t.turns)):
                 if k:
                     t.append([8], generated=False)  # an observation
                 t.append([5, 5], generated=True)
-            return t
-
-        trajs = [episode([("go to ball", True), ("go to ball", True), ("turn left", False)], False),
-                 episode([("go to ball", True), ("turn left", False), ("go to ball", True)], True)]
         cfg = GRPOConfig().training(repeated_refusal_advantage=0.5)
         costed = GRPO._build_batch(SimpleNamespace(config=cfg), trajs).policy_batches["default_policy"]
         plain = GRPO._build_batch(SimpleNamespace(config=GRPOConfig()), trajs).policy_batches["default_policy"]
@@ -466,14 +469,6 @@ class TestInvalidTurnAdvantage:
         # Row 0's second turn (tokens 5-6) repeats its refused first turn; row 1 never repeats one.
         close(delta, [[0, 0, 0, 0, 0, -0.5, -0.5, 0, 0, 0], [0] * 10], atol=1e-6)
 
-    def test_repeated_refusal_config_checks(self):
-        from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
-
-        with pytest.raises(ValueError, match="repeated_refusal_advantage"):
-            GRPOConfig().environment("agentgym/textcraft").training(repeated_refusal_advantage=-1.0).validate()
-        with pytest.raises(ValueError, match="repeated_refusal_advantage needs a group estimator"):
-            GRPOConfig().environment("agentgym/textcraft").training(
-                repeated_refusal_advantage=1.0, advantage_estimator="gae").validate()
 
 class TestGiGPO:
     """Step-level credit among the turns of a group that acted from the same state."""

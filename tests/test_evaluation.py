@@ -226,6 +226,13 @@ def test_evaluate_cli_dtype_and_context_flags(embedded_model, tmp_path):
                  "--no-progress", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["model_dtype"] == "bfloat16" and report["overall"]["num_episodes"] == 1
+    assert report["overall"]["turns_mean"] == 1
+    # A context shorter than the prompt plus one reply: the episode ends before its first turn.
+    short = tmp_path / "short.json"
+    assert main(["evaluate", embedded_model, "--env", "agentgym/textcraft", "--engine", "hf", "--num-tasks", "1",
+                 "--max-turns", "1", "--max-new-tokens", "8", "--max-model-len", "16", "--no-progress",
+                 "--json", str(short)]) == 0
+    assert json.loads(short.read_text())["overall"]["turns_mean"] == 0
     with pytest.raises(SystemExit):  # argparse refuses a dtype the engines do not take
         main(["evaluate", embedded_model, "--env", "agentgym/textcraft", "--dtype", "int4"])
 

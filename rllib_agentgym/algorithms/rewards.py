@@ -96,3 +96,11 @@ def repeated_refusal_flags(trajectories: Sequence[Trajectory]) -> np.ndarray:
             before, turn = trajectory.turns[k - 1], trajectory.turns[k]
             flags[i, k] = before.invalid_action and turn.invalid_action and turn.action == before.action
     return flags
+
+
+def refusal_rates(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Shares of all turns that the env refused (`invalid_action_rate`) and that resend the
+    action refused the turn before (`repeated_refusal_rate`): what training and evaluation log."""
+    turns = max(sum(len(t.turns) for t in trajectories), 1)
+    return {"invalid_action_rate": float(invalid_turn_flags(trajectories).sum()) / turns,
+            "repeated_refusal_rate": float(repeated_refusal_flags(trajectories).sum()) / turns}

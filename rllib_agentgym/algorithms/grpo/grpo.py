@@ -38,6 +38,7 @@ from rllib_agentgym.algorithms.rewards import (
     REWARD_TYPES,
     invalid_turn_flags,
     outcome_rewards,
+    refusal_rates,
     repeated_refusal_flags,
 )
 from rllib_agentgym.algorithms.step_anchors import ANCHOR_KINDS, shared_turn_fraction, step_arrays
@@ -542,10 +543,9 @@ class GRPO(Algorithm):
             "generated_tokens_per_s": tokens / gen_s,
             "rollout_tokens_per_s": tokens / max(wall_s, 1e-9),
             "format_error_rate": sum(r.num_format_errors for r in rollouts) / actions,
-            # Turns the env refused or could not parse (what `invalid_turn_advantage` costs).
-            "invalid_action_rate": sum(turn.invalid_action for t in trajectories for turn in t.turns) / max(env_steps, 1),
-            # Of those, the turns that repeat the refusal just before (`repeated_refusal_advantage`).
-            "repeated_refusal_rate": float(repeated_refusal_flags(trajectories).sum()) / max(env_steps, 1),
+            # Turns the env refused or could not parse (what `invalid_turn_advantage` costs), and of
+            # those the ones that resend the action refused just before (`repeated_refusal_advantage`).
+            **refusal_rates(trajectories),
             "env_step_latency_ms_p50": float(np.percentile(latencies, 50) * 1e3) if latencies else float("nan"),
             "truncated_fraction": float(np.mean([t.truncated for t in trajectories])) if n else float("nan"),
             "rollout_wall_s": wall_s,
