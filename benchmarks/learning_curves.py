@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/learning_curves.py`
 
-from benchmarks.common import cpu_seconds, emit, limit_cpu_threads, meta, quiet_logs  # noqa: E402
+from benchmarks.common import cpu_seconds, emit, limit_cpu_threads, meta, quiet_logs, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -316,9 +316,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                                checkpoint_dir=checkpoint, sampled_k=args.sampled_k,
                                                evaluate=evaluate, shuffled_advantages=args.shuffled_advantages,
                                                warm_start=warm_start or (runs[0]["eval"][0] if runs and args.warm_start_once else None))})
-    result = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
-              "overrides": overrides, "iterations": args.iterations,
-              "shuffled_advantages": args.shuffled_advantages, "runs": runs, "summary": summarize(runs)}
+        result = {"meta": {**meta(__file__, argv), **threads}, "config_file": os.path.relpath(config_file, ROOT),
+                  "overrides": overrides, "iterations": args.iterations,
+                  "shuffled_advantages": args.shuffled_advantages, "runs": runs, "summary": summarize(runs)}
+        if args.out:  # after every seed: a run stopped in a later seed keeps the seeds it finished
+            write_json(result, args.out)
     if args.plot:
         name = Path(config_file).stem
         labels = {"ylabel": f"success on the {len(pool)} training tasks, Avg@{args.pool_k} (%)"} if pool else {}
