@@ -120,6 +120,18 @@ def padding_waste(lengths: Sequence[int], micro: int, by_length: bool) -> float:
     return padded / sum(lengths)
 
 
+def free_memory() -> None:
+    """Collect cyclic garbage now and return the freed GPU blocks, so one mode's models do not
+    crowd the next one's."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def _cuda() -> bool:
     import torch
 
@@ -158,17 +170,24 @@ class BareStep:
 
     `step(full_lm_head=False, reference=False)`: the LM head on the positions that predict a
     response token only (or on all), with one no-grad forward of the reference copy first or not.
+    Precision is the learner's own (`model_config` of GRPO's module spec): weights in its `dtype`
+    (float32 master weights) and forwards under its `autocast` (the `--dtype` bfloat16 / float16),
+    so both sides do the same arithmetic; bare bf16 weights would be a cheaper, different step.
     """
 
-    def __init__(self, args, arrays: dict, with_reference: bool):
+    def __init__(self, args, arrays: dict, with_reference: bool, model_config: dict):
         import torch
 
+        from rllib_agentgym.core.precision import autocast
         from rllib_agentgym.core.rl_module import load_causal_lm
 
         self.torch = torch
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = load_causal_lm(args.model, args.dtype).to(self.device).train()
-        self.reference = load_causal_lm(args.model, args.dtype).to(self.device).eval() if with_reference else None
+        autocast_dtype = model_config.get("autocast")
+        self.autocast = lambda: autocast(self.device.type, getattr(torch, autocast_dtype) if autocast_dtype else None)
+        weights_dtype = model_config.get("dtype", "float32")
+        self.model = load_causal_lm(args.model, weights_dtype).to(self.device).train()
+        self.reference = load_causal_lm(args.model, weights_dtype).to(self.device).eval() if with_reference else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-6, weight_decay=0.0)
         ids = torch.as_tensor(arrays["input_ids"])
         mask = torch.as_tensor(arrays["attention_mask"])
@@ -184,14 +203,15 @@ class BareStep:
             self.micro.append((m_ids, m_mask, m_response, positions))
         self.count = float(response.sum())
 
-    @staticmethod
-    def _token_logprobs(model, ids, mask, positions):
+    def _token_logprobs(self, model, ids, mask, positions):
         """log p(token t+1 | ..t) at `positions` (None: at every position)."""
-        if positions is None:
-            logits, labels = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float(), ids[:, 1:]
-        else:
-            out = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=positions)
-            logits, labels = out.logits.float(), ids[:, 1:].index_select(1, positions)
+        with self.autocast():
+            if positions is None:
+                logits, labels = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1], ids[:, 1:]
+            else:
+                logits = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=positions).logits
+                labels = ids[:, 1:].index_select(1, positions)
+        logits = logits.float()
         return logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
 
     def step(self, full_lm_head: bool = False, reference: bool = False) -> None:
@@ -265,7 +285,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="embedded",
                         help="model path or hub id; 'embedded' / 'embedded-25m': the project's own Qwen2s")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="float32",
+                        help="model_dtype: the learner autocasts to it (bfloat16 / float16) over float32 weights")
     parser.add_argument("--tasks", type=int, default=4, help="GRPO groups (TextCraft tasks) in the batch")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=12)
@@ -319,12 +340,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             config = grpo_config(args, use_kl)
             learner_group = build_learner_group(config)
             batch = build_batch(config, trajectories)
-            bare = BareStep(args, batch.policy_batches["default_policy"], with_reference=use_kl)
+            bare = BareStep(args, batch.policy_batches["default_policy"], with_reference=use_kl,
+                            model_config=config.get_default_rl_module_spec().model_config)
             result["modes"][mode] = measure(learner_group, batch, bare, MODE_LIMITS[mode], real_tokens, args.repeats)
+            if _cuda():  # both sides at once: the learner's model and optimizer, and the bare copy's
+                import torch
+
+                result["modes"][mode]["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+                torch.cuda.reset_peak_memory_stats()
             learner_group.shutdown()
-            del bare
         finally:
             grpo_torch_learner.micro_batches_by_length = by_length
+        # Both sides' weights, gradients and optimizer states go before the next mode builds its own:
+        # the learner sits in reference cycles that only the collector frees (on a GPU, 2 x 24 GB at 1.5B).
+        del learner_group, batch, bare
+        free_memory()
     result["ratio"] = result["modes"].get("no_kl", next(iter(result["modes"].values())))["ratio"]
     result["target_met"] = result["ratio"] >= TARGET
     return emit(result, args.out)

@@ -123,24 +123,56 @@ def test_learner_bare_step_reads_logits_where_the_loss_does(embedded_model):
         arrays["input_ids"][i, : len(t.token_ids)] = t.token_ids
         arrays["attention_mask"][i, : len(t.token_ids)] = 1
         arrays["response_mask"][i, : len(t.token_ids)] = t.loss_mask
-    bare = BareStep(_bare_args(embedded_model), arrays, with_reference=True)
+    bare = BareStep(_bare_args(embedded_model), arrays, with_reference=True, model_config={"dtype": "float32"})
     assert sum(len(ids) for ids, *_ in bare.micro) == len(trajectories)
     with torch.no_grad():
         for ids, mask, response, positions in bare.micro:
             assert 0 < len(positions) < ids.shape[1] - 1  # fewer positions than the sequence
-            full = (BareStep._token_logprobs(bare.model, ids, mask, None) * response[:, 1:]).sum()
-            kept = (BareStep._token_logprobs(bare.model, ids, mask, positions) * response[:, 1:].index_select(1, positions)).sum()
+            full = (bare._token_logprobs(bare.model, ids, mask, None) * response[:, 1:]).sum()
+            kept = (bare._token_logprobs(bare.model, ids, mask, positions) * response[:, 1:].index_select(1, positions)).sum()
             torch.testing.assert_close(kept, full, rtol=1e-5, atol=1e-4)
     before = [p.detach().clone() for p in bare.model.parameters()]
     bare.step(reference=True)
     assert any(not torch.equal(a, b) for a, b in zip(before, bare.model.parameters()))  # one AdamW step applied
 
 
-def _bare_args(model: str):
-    """The arguments BareStep reads, as the learner benchmark's parser gives them."""
+def test_learner_bare_step_trains_in_the_learners_precision(embedded_model, tmp_path):
+    """With `--dtype bfloat16` the learner keeps float32 master weights and autocasts; the bare limit
+    does the same (bf16 weights would be a cheaper step than the one it is compared with). The model
+    is a random one of a published shape's layout, written by benchmarks/shaped_model.py."""
+    import torch
+
+    from benchmarks.learner import BareStep, grpo_config
+    from benchmarks.shaped_model import SHAPES, build
+    from rllib_agentgym.core.precision import autocast_dtype
+
+    count = build(tmp_path / "tiny", "tiny", tokenizer=embedded_model)
+    config = json.loads((tmp_path / "tiny" / "config.json").read_text())
+    assert config["num_hidden_layers"] == SHAPES["tiny"]["num_hidden_layers"] and count > 0
+    args = _bare_args(str(tmp_path / "tiny"), dtype="bfloat16")
+    model_config = grpo_config(args, use_kl=False).get_default_rl_module_spec().model_config
+    assert model_config["dtype"] == "float32" and model_config["autocast"] == "bfloat16"
+    arrays = {k: torch.ones((2, 8), dtype=torch.int64).numpy() for k in ("input_ids", "attention_mask", "response_mask")}
+    bare = BareStep(args, arrays, with_reference=False, model_config=model_config)
+    assert {p.dtype for p in bare.model.parameters()} == {torch.float32}
+    with bare.autocast():  # the learner's own rule: bf16 autocast unless this CPU only emulates it
+        assert torch.is_autocast_enabled("cpu") == (autocast_dtype("cpu", torch.bfloat16) is not None)
+    bare.step()
+
+
+def test_shaped_model_refuses_a_tokenizer_larger_than_its_vocabulary(embedded_model, tmp_path, monkeypatch):
+    from benchmarks import shaped_model
+
+    monkeypatch.setitem(shaped_model.SHAPES, "tiny", {**shaped_model.SHAPES["tiny"], "vocab_size": 8})
+    with pytest.raises(ValueError, match="more than shape 'tiny'"):
+        shaped_model.build(tmp_path / "m", "tiny", tokenizer=embedded_model)
+
+
+def _bare_args(model: str, dtype: str = "float32"):
+    """The arguments BareStep and grpo_config read, as the learner benchmark's parser gives them."""
     import types
 
-    return types.SimpleNamespace(model=model, dtype="float32", micro_batch_size=2)
+    return types.SimpleNamespace(model=model, dtype=dtype, micro_batch_size=2, max_model_len=1024)
 
 
 def test_searchqa_retrieval_benchmark_json_shape_and_rows(tmp_path):
