@@ -194,7 +194,8 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
                           "horizon": int(runners["horizon"]), "num_turns_mean": float(runners["num_turns_mean"]),
                           "invalid_action_rate": float(runners.get("invalid_action_rate", float("nan"))),
                           "repeated_refusal_rate": float(runners.get("repeated_refusal_rate", float("nan"))),
-                          **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss") if k in learner}})
+                          **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss") if k in learner},
+                          "time_s": float(result["time_this_iter_s"])})
             log(f"    iteration {i}: " + ", ".join(f"{k} {v:.3g}" for k, v in train[-1].items() if k != "iteration"))
             if i % eval_every == 0 or i == iterations:
                 curve.append({"iteration": i, **evaluate(algo)})
