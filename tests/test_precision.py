@@ -25,6 +25,19 @@ def test_other_devices_and_no_autocast_are_left_alone(monkeypatch):
     assert precision.autocast_dtype("cpu", None) is None
 
 
+@pytest.mark.parametrize("avx512_bf16, amx, native", [(True, False, True), (False, True, True), (False, False, False)])
+def test_bf16_needs_bf16_units_not_only_onednn(monkeypatch, avx512_bf16, amx, native):
+    """oneDNN says bf16 is supported on any AVX512 CPU; only AVX512-BF16 or AMX compute it fast."""
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    precision.cpu_has_native.cache_clear()
+    try:
+        assert precision.cpu_has_native(torch.bfloat16) is native
+    finally:
+        precision.cpu_has_native.cache_clear()
+
+
 def test_learner_forward_trains_in_float32_on_a_cpu_without_bf16(monkeypatch, embedded_model):
     """model_dtype bfloat16 (the CPU examples' setting): the RLModule's training forward autocasts
     only where the CPU has bf16 units; without them its log-probs are the float32 ones."""

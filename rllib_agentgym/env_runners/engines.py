@@ -14,6 +14,8 @@ from typing import Iterable, Protocol, Sequence
 
 import torch
 
+from rllib_agentgym.core.precision import cpu_engine_dtype
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -126,6 +128,8 @@ class VLLMEngine:
             extra_llm_kwargs["enable_chunked_prefill"] = False
             extra_llm_kwargs.setdefault("max_num_batched_tokens", max(4096, int(max_model_len)))
 
+        if current_platform.is_cpu():
+            dtype = cpu_engine_dtype(dtype)
         self._llm = LLM(
             model=model_path,
             dtype=dtype,
@@ -204,6 +208,8 @@ class HFEngine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if self._device.type == "cpu":
+            dtype = cpu_engine_dtype(dtype)
         torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
         self._model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(self._device).eval()
         tokenizer = AutoTokenizer.from_pretrained(model_path)
