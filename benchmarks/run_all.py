@@ -52,7 +52,8 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     # Dense retrieval's cost with a random-init encoder of e5-small-v2's shape (no weights to download).
     "searchqa_dense": ("searchqa_retrieval.py", ["--random-encoder", "12x384", "--skip-bm25", "--scale", "1", "--max-queries", "512"],
                        ["--random-encoder", "2x128", "--skip-bm25", "--scale", "0.3", "--max-queries", "128"]),
-    "precision": ("precision.py", [], ["--batch", "2", "--seq-len", "128", "--repeats", "2"]),
+    "precision": ("precision.py", ["--generation"], ["--batch", "2", "--seq-len", "128", "--repeats", "2", "--generation",
+                                                     "--gen-prompts", "4", "--gen-prompt-tokens", "64", "--gen-tokens", "8"]),
     # Exits 1 after writing its JSON when a process grew too much: its row shows that verdict.
     "soak": ("soak.py", [], ["--iterations", "12", "--warmup", "4", "--window", "2"]),
 }
@@ -196,9 +197,18 @@ def _precision_rows(r: dict) -> list[Row]:
     s, rates, picked = r["settings"], r["tokens_per_s"], r["picked"]
     other = next(name for name in rates if name != picked)
     native = {True: "native bf16", False: "no bf16 units", None: s["device"]}[r["cpu_native_bfloat16"]]
-    return [("precision", f"train step tokens/s, {s['batch']} x {s['seq_len']} ({native}): picked {picked}",
+    rows = [("precision", f"train step tokens/s, {s['batch']} x {s['seq_len']} ({native}): picked {picked}",
              _fmt(rates[picked]), f"{_fmt(rates[other])} ({other})", _fmt(rates[picked] / rates[other]),
              f"picked not slower: {_fmt(r['picked_is_not_slower'])}")]
+    if r.get("generation"):  # the engine's side: vLLM in float32 and bfloat16
+        g = r["generation"]
+        g_other = next(name for name in g["tokens_per_s"] if name != g["picked"])
+        rows.append(("precision", f"vLLM generated tokens/s, {s['gen_prompts']} x ({s['gen_prompt_tokens']} + "
+                     f"{s['gen_tokens']}) ({native}): picked {g['picked']}", _fmt(g["tokens_per_s"][g["picked"]]),
+                     f"{_fmt(g['tokens_per_s'][g_other])} ({g_other})",
+                     _fmt(g["tokens_per_s"][g["picked"]] / g["tokens_per_s"][g_other]),
+                     f"picked not slower: {_fmt(g['picked_is_not_slower'])}"))
+    return rows
 
 
 def _soak_rows(r: dict) -> list[Row]:

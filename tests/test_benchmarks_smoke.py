@@ -414,6 +414,20 @@ def test_precision_benchmark_times_both_and_reports_the_frameworks_pick(tmp_path
     assert row[0] == "precision" and row[5].startswith("picked not slower: ")
 
 
+def test_precision_benchmark_times_the_engine_in_both_dtypes():
+    """--generation: vLLM generates the same batch in float32 and bfloat16, and the pick is the
+    engine dtype the framework uses for model_dtype bfloat16 on this CPU."""
+    from benchmarks.precision import main as precision
+    from rllib_agentgym.core.precision import cpu_engine_dtype
+
+    result = precision(["--model", "embedded", "--batch", "1", "--seq-len", "16", "--repeats", "1", "--generation",
+                        "--gen-prompts", "2", "--gen-prompt-tokens", "16", "--gen-tokens", "4"])
+    generation = result["generation"]
+    assert set(generation["tokens_per_s"]) == {"float32", "bfloat16"} and all(v > 0 for v in generation["tokens_per_s"].values())
+    assert generation["picked"] == cpu_engine_dtype("bfloat16")
+    assert [row[0] for row in ROWS["precision"](result)] == ["precision", "precision"]
+
+
 def test_lowrank_delta_factorizes_each_matrix_change_and_ties_the_head():
     import torch
 
