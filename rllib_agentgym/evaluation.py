@@ -329,10 +329,12 @@ def evaluate(source: str, *, env: str | None = None, split: str = "test", k: int
                                               batch_episodes=batch_episodes, on_chunk=on_chunk)
         bar.close()
         outcomes = outcomes_from_trajectories(trajectories)
+        from rllib_agentgym.core.precision import engine_dtype
+
         return EvalReport(
             model=policy.name, env=runner.spec.name, split=split, k=k, temperature=float(temperature),
             max_turns=runner.get_max_turns(), scores=score(outcomes, runner.spec.category_order()), tasks=outcomes,
-            num_dropped_episodes=dropped, wall_s=time.perf_counter() - start, model_dtype=runner.config.model_dtype,
+            num_dropped_episodes=dropped, wall_s=time.perf_counter() - start, model_dtype=engine_dtype(runner.config.model_dtype),
             episodes=[t.summary() for t in trajectories],
         )
     finally:

@@ -38,6 +38,19 @@ def test_bf16_needs_bf16_units_not_only_onednn(monkeypatch, avx512_bf16, amx, na
         precision.cpu_has_native.cache_clear()
 
 
+def test_engine_runs_float32_where_the_cpu_only_emulates_bf16(monkeypatch):
+    """VLLMEngine / HFEngine (and `rllib evaluate --dtype`) take `cpu_engine_dtype` on a CPU."""
+    monkeypatch.setattr(precision, "cpu_has_native", lambda dtype: False)
+    assert precision.cpu_engine_dtype("bfloat16") == "float32"
+    assert precision.cpu_engine_dtype("float16") == "float32"
+    assert precision.cpu_engine_dtype("float32") == "float32" and precision.cpu_engine_dtype("auto") == "auto"
+    monkeypatch.setattr(precision, "cpu_has_native", lambda dtype: True)
+    assert precision.cpu_engine_dtype("bfloat16") == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(precision, "cpu_has_native", lambda dtype: False)
+    assert precision.engine_dtype("bfloat16") == "bfloat16"  # a GPU runs what is asked
+
+
 def test_learner_forward_trains_in_float32_on_a_cpu_without_bf16(monkeypatch, embedded_model):
     """model_dtype bfloat16 (the CPU examples' setting): the RLModule's training forward autocasts
     only where the CPU has bf16 units; without them its log-probs are the float32 ones."""

@@ -57,8 +57,10 @@ def test_two_ddp_learners_give_the_single_learner_update(ray_local, estimator):
     ddp = _weights_after_one_update(2, batch, estimator)
     assert single.keys() == ddp.keys()
     # One AdamW step of lr 1e-3 moved every weight by up to 1e-3; the two runs agree far closer.
+    # Not to the last bit: where a gradient is near zero, Adam's m / sqrt(v) magnifies the
+    # rounding of the all-reduced sum (GAE: 4.4e-5 on an AVX512 Xeon, under 2e-5 on an EPYC).
     worst = max(float(np.abs(single[k] - ddp[k]).max()) for k in single)
-    assert worst < 2e-5, worst
+    assert worst < 1e-4, worst
 
 
 def test_two_env_runners_split_the_tasks(ray_local):

@@ -80,3 +80,8 @@ def cpu_engine_dtype(dtype: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _warn_once_engine(dtype: str) -> None:
     logger.warning("this CPU has no native %s math: the inference engine runs in float32 instead", dtype)
+
+
+def engine_dtype(dtype: str) -> str:
+    """The dtype an inference engine asked for `dtype` runs in here (`cpu_engine_dtype` without a GPU)."""
+    return dtype if torch.cuda.is_available() else cpu_engine_dtype(dtype)
