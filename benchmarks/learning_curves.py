@@ -195,7 +195,8 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
                           "invalid_action_rate": float(runners.get("invalid_action_rate", float("nan"))),
                           "repeated_refusal_rate": float(runners.get("repeated_refusal_rate", float("nan"))),
                           **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss") if k in learner},
-                          "time_s": float(result["time_this_iter_s"])})
+                          "time_s": float(result["time_this_iter_s"]),
+                          "rollout_s": float(runners.get("rollout_wall_s", float("nan")))})
             log(f"    iteration {i}: " + ", ".join(f"{k} {v:.3g}" for k, v in train[-1].items() if k != "iteration"))
             if i % eval_every == 0 or i == iterations:
                 curve.append({"iteration": i, **evaluate(algo)})
