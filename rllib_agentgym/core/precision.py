@@ -1,10 +1,11 @@
 """Mixed precision only where the hardware computes it.
 
 A CPU without native bfloat16 math (no AVX512-BF16 or AMX: e.g. an AVX2-only
-EPYC, or an AVX512 Xeon without those units) emulates it, and slowly: measured on one (2026-11-25), a forward +
-backward of the 4M embedded agent on 8 x 1024 tokens took 1.7 + 2.5 s in
+EPYC, or an AVX512 Xeon without those units) emulates it, and slowly: measured
+on the EPYC (2026-11-25), a forward + backward of the 4M embedded agent on 8 x 1024 tokens took 1.7 + 2.5 s in
 float32 and 5.6 + 65 s under bfloat16 autocast. There the learner trains in
-float32 instead; on GPUs and on CPUs with bf16 units autocast is kept.
+float32 instead, and the inference engine runs in float32 (`cpu_engine_dtype`);
+on GPUs and on CPUs with bf16 units the dtype asked for is kept.
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ _LOW_PRECISION = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 def cpu_engine_dtype(dtype: str) -> str:
     """The inference engine's dtype on a CPU: `dtype`, or "float32" for a bfloat16 / float16
-    this CPU would only emulate. Measured on an AVX512 Xeon without AVX512-BF16 (2026-11-26):
-    vLLM generated 241 tokens/s in float32 against 90 in bfloat16 (64 prompts, 64 tokens each)."""
+    this CPU would only emulate. Measured on an AVX512 Xeon without AVX512-BF16 (2026-11-26,
+    `benchmarks/precision.py --generation`, SmolLM2-135M): vLLM generated 47.8 tokens/s in
+    float32 against 19.4 in bfloat16."""
     low = _LOW_PRECISION.get(dtype)
     if low is None or cpu_has_native(low):
         return dtype
