@@ -51,24 +51,24 @@ def train_step(model, optimizer, ids, autocast_dtype) -> None:
 
 
 def generation_rates(path: str, prompts: int, prompt_tokens: int, new_tokens: int) -> dict[str, float]:
-    """Generated tokens/s of vLLM (eager, in this process) in float32 and in bfloat16."""
+    """Generated tokens/s of the framework's vLLM engine (`VLLMEngine`, as the env runners build
+    it) in float32 and in bfloat16."""
     import gc
-    import os
+    from unittest import mock
 
     import torch
-
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+
+    from rllib_agentgym.env_runners import engines
 
     generator = torch.Generator().manual_seed(0)
     rates = {}
     for dtype in ("float32", "bfloat16"):
-        # The engine settings of rllib_agentgym.env_runners.engines.VLLMEngine.
-        llm = LLM(model=path, dtype=dtype, seed=0, max_model_len=prompt_tokens + new_tokens + 8, enforce_eager=True,
-                  gpu_memory_utilization=0.5, enable_chunked_prefill=False,
-                  max_num_batched_tokens=max(4096, prompt_tokens + new_tokens + 8))
+        # Each dtype as asked: the engine's own CPU fallback (`cpu_engine_dtype`) is what is timed.
+        with mock.patch.object(engines, "cpu_engine_dtype", lambda asked: asked):
+            engine = engines.VLLMEngine(path, dtype=dtype, seed=0, max_model_len=prompt_tokens + new_tokens + 8)
+        llm = engine.llm
         vocab = llm.get_tokenizer().vocab_size
         batch = [TokensPrompt(prompt_token_ids=torch.randint(3, vocab, (prompt_tokens,), generator=generator).tolist())
                  for _ in range(prompts)]
@@ -77,7 +77,7 @@ def generation_rates(path: str, prompts: int, prompt_tokens: int, new_tokens: in
         start = time.perf_counter()
         outputs = llm.generate(batch, params, use_tqdm=False)
         rates[dtype] = sum(len(o.outputs[0].token_ids) for o in outputs) / (time.perf_counter() - start)
-        del llm
+        del engine, llm
         gc.collect()
     return rates
 

@@ -193,21 +193,22 @@ def _retrieval_rows(r: dict) -> list[Row]:
 
 
 def _precision_rows(r: dict) -> list[Row]:
-    """The learner's training step in the precision the framework picks here, against the other."""
-    s, rates, picked = r["settings"], r["tokens_per_s"], r["picked"]
-    other = next(name for name in rates if name != picked)
+    """The learner's training step (and with --generation the engine's generation) in the
+    precision the framework picks here, against the other."""
+    s = r["settings"]
     native = {True: "native bf16", False: "no bf16 units", None: s["device"]}[r["cpu_native_bfloat16"]]
-    rows = [("precision", f"train step tokens/s, {s['batch']} x {s['seq_len']} ({native}): picked {picked}",
-             _fmt(rates[picked]), f"{_fmt(rates[other])} ({other})", _fmt(rates[picked] / rates[other]),
-             f"picked not slower: {_fmt(r['picked_is_not_slower'])}")]
-    if r.get("generation"):  # the engine's side: vLLM in float32 and bfloat16
+
+    def row(what: str, rates: dict, picked: str, ok: bool) -> Row:
+        other = next(name for name in rates if name != picked)
+        return ("precision", f"{what} ({native}): picked {picked}", _fmt(rates[picked]),
+                f"{_fmt(rates[other])} ({other})", _fmt(rates[picked] / rates[other]), f"picked not slower: {_fmt(ok)}")
+
+    rows = [row(f"train step tokens/s, {s['batch']} x {s['seq_len']}", r["tokens_per_s"], r["picked"],
+                r["picked_is_not_slower"])]
+    if r.get("generation"):
         g = r["generation"]
-        g_other = next(name for name in g["tokens_per_s"] if name != g["picked"])
-        rows.append(("precision", f"vLLM generated tokens/s, {s['gen_prompts']} x ({s['gen_prompt_tokens']} + "
-                     f"{s['gen_tokens']}) ({native}): picked {g['picked']}", _fmt(g["tokens_per_s"][g["picked"]]),
-                     f"{_fmt(g['tokens_per_s'][g_other])} ({g_other})",
-                     _fmt(g["tokens_per_s"][g["picked"]] / g["tokens_per_s"][g_other]),
-                     f"picked not slower: {_fmt(g['picked_is_not_slower'])}"))
+        rows.append(row(f"vLLM generated tokens/s, {s['gen_prompts']} x ({s['gen_prompt_tokens']} + {s['gen_tokens']})",
+                        g["tokens_per_s"], g["picked"], g["picked_is_not_slower"]))
     return rows
 
 
