@@ -231,6 +231,43 @@ class BareStep:
             torch.cuda.synchronize()
 
 
+def profile_sides(sides: dict[str, Any], table_path: Path, row_limit: int = 30) -> dict[str, Any]:
+    """Each side once under torch.profiler (already warm): where its time goes.
+
+    Per side: wall seconds; on a GPU the busy device time (the sum of kernel
+    times, one stream) and its share of the wall time, whose gap is the device
+    waiting on the host; the number of device kernels and of host-side ops.
+    The top ops of each side by self device time (CPU: self CPU time) are
+    appended to `table_path`.
+    """
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sort_by = "self_device_time_total" if cuda else "self_cpu_time_total"
+    table_path.parent.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {}
+    with table_path.open("w") as tables:
+        for side, fn in sides.items():
+            with profile(activities=activities) as prof:
+                start = time.perf_counter()
+                fn()
+                wall = time.perf_counter() - start
+            events = prof.events()
+            kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+            busy = sum(e.device_time for e in kernels) / 1e6  # microseconds -> s
+            summary[side] = {"wall_s": round(wall, 4), "device_busy_s": round(busy, 4),
+                             "device_busy_share": round(busy / wall, 3) if cuda else None,
+                             "device_kernels": len(kernels),
+                             "host_ops": sum(1 for e in events if e.device_type == DeviceType.CPU)}
+            tables.write(f"=== {side}: {summary[side]}\n")
+            tables.write(prof.key_averages().table(sort_by=sort_by, row_limit=row_limit, max_name_column_width=70))
+            tables.write("\n\n")
+    return summary
+
+
 # mode -> its limits as BareStep.step options; the first one is the mode's judged limit.
 MODE_LIMITS: dict[str, dict[str, dict[str, bool]]] = {
     "no_kl": {"bare": {}, "bare_full_lm_head": {"full_lm_head": True}},
@@ -239,9 +276,8 @@ MODE_LIMITS: dict[str, dict[str, dict[str, bool]]] = {
 }
 
 
-def measure(learner_group, batch, bare: BareStep, limits: dict[str, dict[str, bool]], real_tokens: int,
-            repeats: int) -> dict[str, Any]:
-    """The update against each limit, alternating; top-level ratio fields are the first limit's."""
+def timed_sides(learner_group, batch, bare: BareStep, limits: dict[str, dict[str, bool]]) -> dict[str, Any]:
+    """side name -> a call that runs it to completion: "grpo" (one `LearnerGroup.update`) and each limit."""
     import torch
 
     def update():
@@ -250,7 +286,12 @@ def measure(learner_group, batch, bare: BareStep, limits: dict[str, dict[str, bo
         if torch.cuda.is_available():
             torch.cuda.synchronize()
 
-    sides = {"grpo": update, **{name: (lambda o=options: bare.step(**o)) for name, options in limits.items()}}
+    return {"grpo": update, **{name: (lambda o=options: bare.step(**o)) for name, options in limits.items()}}
+
+
+def measure(sides: dict[str, Any], limits: dict[str, dict[str, bool]], real_tokens: int,
+            repeats: int) -> dict[str, Any]:
+    """The update against each limit, alternating; top-level ratio fields are the first limit's."""
     for fn in sides.values():
         fn()  # warm-up: allocator, optimizer state
     wall: dict[str, list[float]] = {side: [] for side in sides}
@@ -299,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                              "forward, and bare alone); no_kl_in_order: micro-batches in batch order (the learner "
                              "before length sorting)")
     parser.add_argument("--cpu-threads", type=int, default=1, help="CPU only: torch threads (0: torch's default)")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="after timing, run each side once under torch.profiler: busy device time, kernel and "
+                             "op counts per side in the JSON, and each side's top ops in DIR/profile_<mode>.txt")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -342,7 +386,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             batch = build_batch(config, trajectories)
             bare = BareStep(args, batch.policy_batches["default_policy"], with_reference=use_kl,
                             model_config=config.get_default_rl_module_spec().model_config)
-            result["modes"][mode] = measure(learner_group, batch, bare, MODE_LIMITS[mode], real_tokens, args.repeats)
+            sides = timed_sides(learner_group, batch, bare, MODE_LIMITS[mode])
+            result["modes"][mode] = measure(sides, MODE_LIMITS[mode], real_tokens, args.repeats)
+            if args.profile:
+                result["modes"][mode]["profile"] = profile_sides(sides, Path(args.profile) / f"profile_{mode}.txt")
+            del sides
             if _cuda():  # both sides at once: the learner's model and optimizer, and the bare copy's
                 import torch
 

@@ -4,7 +4,9 @@
   ratio leaves 1 after the first step, the clip engages, and the learner's loss equals
   the clipped surrogate + KL computed here by hand;
 * `grad_clip` bounds the norm of the gradient handed to the optimizer;
-* `gradient_checkpointing` recomputes the layers and leaves loss and gradients unchanged.
+* `gradient_checkpointing` recomputes the layers and leaves loss and gradients unchanged;
+* finite gradients step in one read (`all_finite`) exactly as RLlib's per-parameter path
+  does, and a non-finite one still gets RLlib's policy (zeroed, or the step skipped).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import pytest
 import torch
 
 from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
-from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import GRPOTorchLearner
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+
+from rllib_agentgym.algorithms.grpo.torch import grpo_torch_learner
+from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import GRPOTorchLearner, all_finite
 from rllib_agentgym.core.rl_module import load_causal_lm
 from rllib_agentgym.envs.gym_env import text_space
 from learner_batches import grpo_batch
@@ -203,3 +208,81 @@ def test_gradient_checkpointing_recomputes_with_the_same_loss_and_gradients(embe
     assert ckpt.keys() == plain.keys() and len(plain) == len(list(load_causal_lm(embedded_model).parameters()))
     for name, g in plain.items():
         torch.testing.assert_close(ckpt[name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_all_finite_sees_every_nan_and_inf(device):
+    finite = [torch.randn(5, 3, device=device), torch.randn(7, device=device).bfloat16()]
+    assert all_finite(finite) and all_finite([]) and all_finite([None, *finite])
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for i, t in enumerate(finite):  # in the first tensor or a later one, of either dtype
+            broken = [x.clone() for x in finite]
+            broken[i].view(-1)[-1] = bad
+            assert not all_finite(broken), (bad, i)
+
+
+class NanGradientLearner(GRPOTorchLearner):
+    """Puts a NaN into the first entry of one gradient (`nan_pid`, None: none) before the step."""
+
+    nan_pid = None
+
+    def postprocess_gradients(self, gradients_dict):
+        grads = super().postprocess_gradients(gradients_dict)
+        if self.nan_pid is not None:
+            grads[self.nan_pid].view(-1)[0] = float("nan")
+        return grads
+
+
+def _step_weights(embedded_model, monkeypatch, *, nan: bool = False, rllib_path: bool = False,
+                  skip_nan: bool = False) -> tuple[dict, dict, int]:
+    """Weights before and after one lr-1e-3 update, and how often RLlib's own `apply_gradients` ran."""
+    rllib_calls = []
+    original = TorchLearner.apply_gradients
+    monkeypatch.setattr(TorchLearner, "apply_gradients", lambda self, g: rllib_calls.append(1) or original(self, g))
+    if rllib_path:  # what RLlib does alone: its per-parameter checks
+        monkeypatch.setattr(grpo_torch_learner, "all_finite", lambda tensors: False)
+    config = (
+        GRPOConfig()
+        .environment("agentgym/textcraft")
+        .llm(model_path=embedded_model)
+        .training(lr=1e-3, kl_coef=KL_COEF, micro_batch_size=2)
+        .framework(torch_skip_nan_gradients=skip_nan)
+        .learners(num_learners=0, learner_class=NanGradientLearner)
+    )
+    spec = config.get_default_rl_module_spec()
+    spec.observation_space, spec.action_space = text_space(), text_space()
+    learner_group = config.build_learner_group(rl_module_spec=spec)
+    try:
+        learner = learner_group._learner
+        llm = learner.module["default_policy"].unwrapped().llm
+        if nan:
+            learner.nan_pid = next(iter(learner._params))
+        before = {n: p.detach().clone() for n, p in llm.named_parameters()}
+        _update(learner_group, config)
+        return before, {n: p.detach().clone() for n, p in llm.named_parameters()}, len(rllib_calls)
+    finally:
+        learner_group.shutdown()
+
+
+def test_finite_gradients_step_in_one_read_as_rllib_steps(embedded_model, monkeypatch):
+    before, fast, rllib_calls = _step_weights(embedded_model, monkeypatch)
+    assert rllib_calls == 0  # no per-parameter checks
+    _, slow, rllib_calls = _step_weights(embedded_model, monkeypatch, rllib_path=True)
+    assert rllib_calls == 1
+    assert any(not torch.equal(before[n], fast[n]) for n in before)  # it stepped
+    for name in fast:
+        assert torch.equal(fast[name], slow[name]), name
+
+
+@pytest.mark.parametrize("skip_nan", [False, True], ids=["zeroed", "skipped"])
+def test_a_nan_gradient_gets_rllibs_nan_policy(embedded_model, monkeypatch, skip_nan):
+    before, after, rllib_calls = _step_weights(embedded_model, monkeypatch, nan=True, skip_nan=skip_nan)
+    assert all(torch.isfinite(w).all() for w in after.values())
+    changed = [n for n in before if not torch.equal(before[n], after[n])]
+    if skip_nan:  # the documented skip (RLlib's own path would step with the NaN)
+        assert rllib_calls == 0 and not changed
+    else:  # RLlib's default: its path turns the NaN entry into 0 and steps
+        assert rllib_calls == 1 and changed
