@@ -40,6 +40,7 @@ from rllib_agentgym.algorithms.losses import (
     policy_loss,
     value_loss,
 )
+from rllib_agentgym.algorithms.grpo.torch.gradients import all_finite, clip_gradients, global_norm
 from rllib_agentgym.core.precision import autocast
 from rllib_agentgym.core.rl_module import token_logprobs_and_entropy
 
@@ -53,18 +54,6 @@ VALUE_OPTIMIZER = "value"
 CRITIC_ONLY = "critic_only"  # a `timesteps` key of update(): this batch trains the critic alone (critic_warmup)
 TOKEN_LEVEL_ESTIMATORS = ("reinforce_plus_plus", "gae")
 SUMMED_STATS = {POLICY_LOSS, VF_LOSS, KL, ENTROPY, "sft_loss", "sft_observation_loss"}  # aggregated with the minibatch's counts
-
-
-def all_finite(tensors) -> bool:
-    """Whether every entry of every tensor is finite, with one device->host read.
-
-    max_i |x_i| over all tensors (the inf-norm) is finite iff every entry is:
-    an inf entry makes it inf and a NaN propagates through the max.
-    """
-    tensors = [t for t in tensors if t is not None]
-    if not tensors:
-        return True
-    return bool(torch.isfinite(torch.nn.utils.get_total_norm(tensors, norm_type=float("inf"))))
 
 
 def micro_batches_by_length(lengths, micro: int) -> list[np.ndarray]:
@@ -148,6 +137,14 @@ class GRPOTorchLearner(TorchLearner):
                 params=head,
                 lr_or_lr_schedule=config.vf_lr,
             )
+
+    @staticmethod
+    def _get_clip_function():
+        return clip_gradients  # RLlib's, with the global norm in multi-tensor kernels
+
+    @staticmethod
+    def _get_global_norm_function():
+        return global_norm
 
     def apply_gradients(self, gradients_dict) -> None:
         """RLlib's optimizer step, with its check for non-finite gradients done in one read.
