@@ -2,6 +2,7 @@
 
     python benchmarks/learner.py                                   # embedded model, CPU
     python benchmarks/learner.py --model /models/Qwen2.5-1.5B --dtype bfloat16 --micro-batch-size 2
+    python benchmarks/learner.py --profile /tmp/prof                # + where each side's time goes
 
 The batch holds real-length TextCraft trajectories: the project's expert
 plays tasks of the train split in-process, and each GRPO group of one task

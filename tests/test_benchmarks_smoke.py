@@ -93,9 +93,14 @@ def test_learner_benchmark_limits_per_mode(tmp_path):
 
     out = tmp_path / "learner.json"
     learner(["--tasks", "1", "--group-size", "2", "--max-turns", "2", "--repeats", "1", "--micro-batch-size", "1",
-             "--modes", "no_kl,kl", "--out", str(out)])
+             "--modes", "no_kl,kl", "--profile", str(tmp_path / "profiles"), "--out", str(out)])
     result = json.loads(out.read_text())
     assert result["meta"]["command"].startswith("python benchmarks/learner.py")
+    for mode, m in result["modes"].items():  # --profile: each side once more, under torch.profiler
+        assert list(m["profile"]) == ["grpo", *MODE_LIMITS[mode]]
+        assert all(side["wall_s"] > 0 and side["host_ops"] > 100 for side in m["profile"].values())
+        tables = (tmp_path / "profiles" / f"profile_{mode}.txt").read_text()
+        assert tables.count("=== ") == len(m["profile"]) and "aten::mm" in tables
     assert list(result["modes"]) == ["no_kl", "kl"]
     assert result["modes"]["no_kl"]["judged_limit"] == "bare" and result["modes"]["kl"]["judged_limit"] == "bare_plus_ref"
     for mode, m in result["modes"].items():
