@@ -272,3 +272,36 @@ def test_a_nan_gradient_gets_rllibs_nan_policy(embedded_model, monkeypatch, skip
         assert rllib_calls == 0 and not changed
     else:  # RLlib's default: its path turns the NaN entry into 0 and steps
         assert rllib_calls == 1 and changed
+
+
+@pytest.mark.parametrize("source", ["learner", "engine"])
+def test_old_logprobs_from_the_engine_skip_the_pi_old_forward(embedded_model, monkeypatch, source):
+    forwards = []
+    original = GRPOTorchLearner._forward_no_grad
+    monkeypatch.setattr(GRPOTorchLearner, "_forward_no_grad",
+                        lambda self, *a, **k: forwards.append(1) or original(self, *a, **k))
+    config, learner_group = _learner_group(embedded_model, lr=1e-3, use_kl_loss=False, micro_batch_size=2,
+                                           old_logprobs=source)
+    try:
+        _update(learner_group, config, num_epochs=2)  # two optimizer steps: pi_old is needed
+        calls = learner_group._learner.loss_calls
+    finally:
+        learner_group.shutdown()
+    assert len(forwards) == (0 if source == "engine" else 1)
+    for call in calls:
+        mask = call["batch"]["response_mask"].bool()
+        old = call["batch"]["old_logprobs"][mask]
+        if source == "engine":  # the batch's sampling log-probs (-1 for every generated token)
+            assert torch.equal(old, torch.full_like(old, -1.0))
+        else:  # the policy's own before the update: the first epoch's ratio is exactly 1
+            assert (old < -1.5).all()  # a 49k-vocabulary model's log-probs of random tokens
+
+
+def test_old_logprobs_from_the_engine_need_the_sampling_distribution():
+    GRPOConfig().environment("agentgym/textcraft").training(old_logprobs="engine").validate()
+    with pytest.raises(ValueError, match="temperature 1 and top_p 1"):
+        GRPOConfig().environment("agentgym/textcraft").training(old_logprobs="engine").llm(temperature=0.7).validate()
+    with pytest.raises(ValueError, match="temperature 1 and top_p 1"):
+        GRPOConfig().environment("agentgym/textcraft").training(old_logprobs="engine").llm(top_p=0.9).validate()
+    with pytest.raises(ValueError, match="old_logprobs 'rollout' unknown"):
+        GRPOConfig().environment("agentgym/textcraft").training(old_logprobs="rollout").validate()

@@ -49,6 +49,7 @@ from rllib_agentgym.env_runners.llm_env_runner import FORMAT_ERROR_KINDS, LLMEnv
 # Estimators whose baseline needs whole groups: the batch's advantages are computed on the
 # driver (`GRPO._build_batch`), before the batch is sharded across learners.
 GROUP_ESTIMATORS = ("grpo", "rloo", "gigpo")
+OLD_LOGPROB_SOURCES = ("learner", "engine")  # GRPOConfig.old_logprobs
 
 
 # The settings that name a run's starting model (see GRPOConfig.resolve_warm_start).
@@ -105,6 +106,13 @@ class GRPOConfig(AlgorithmConfig):
         self.loss_agg_mode = "token-mean"
         self.entropy_coeff = 0.0
         self.micro_batch_size = 4  # trajectories per forward/backward (gradient accumulation)
+        # pi_old of a batch that feeds several optimizer steps (minibatches, epochs):
+        # "learner": a no-grad forward of the policy before the update (exact);
+        # "engine": the rollout engine's log-probs of the tokens it sampled, no forward (a third
+        # less learner compute); they are the sampling distribution's only at temperature 1 and
+        # top_p 1 (vLLM reports raw log-probs), and differ from the learner's by the engine's
+        # numerics (a bf16 engine on a GPU: the first step's ratio is then not exactly 1).
+        self.old_logprobs = "learner"
         self.dynamic_sampling = False  # DAPO: drop groups whose rewards are all equal, refill the batch
         self.dynamic_sampling_max_rounds = 3  # extra sampling rounds at most, per iteration
         self.overlong_filter = False  # DAPO: mask trajectories cut by the length cap
@@ -156,6 +164,7 @@ class GRPOConfig(AlgorithmConfig):
         loss_agg_mode: Optional[str] = NotProvided,
         entropy_coeff: Optional[float] = NotProvided,
         micro_batch_size: Optional[int] = NotProvided,
+        old_logprobs: Optional[str] = NotProvided,
         group_size: Optional[int] = NotProvided,
         tasks_per_iteration: Optional[int] = NotProvided,
         dynamic_sampling: Optional[bool] = NotProvided,
@@ -180,7 +189,8 @@ class GRPOConfig(AlgorithmConfig):
             clip_ratio_low=clip_ratio_low,
             clip_ratio_high=clip_ratio_high, use_kl_loss=use_kl_loss,
             kl_coef=kl_coef, kl_estimator=kl_estimator, loss_agg_mode=loss_agg_mode,
-            entropy_coeff=entropy_coeff, micro_batch_size=micro_batch_size, group_size=group_size,
+            entropy_coeff=entropy_coeff, micro_batch_size=micro_batch_size, old_logprobs=old_logprobs,
+            group_size=group_size,
             tasks_per_iteration=tasks_per_iteration, dynamic_sampling=dynamic_sampling,
             dynamic_sampling_max_rounds=dynamic_sampling_max_rounds, overlong_filter=overlong_filter,
             kl_in_reward_coef=kl_in_reward_coef, vf_lr=vf_lr, vf_loss_coeff=vf_loss_coeff,
@@ -280,6 +290,12 @@ class GRPOConfig(AlgorithmConfig):
         for name in ("positive_advantage_weight", "negative_advantage_weight"):
             if not getattr(self, name) >= 0:
                 self._value_error(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.old_logprobs not in OLD_LOGPROB_SOURCES:
+            self._value_error(f"old_logprobs {self.old_logprobs!r} unknown; valid: {list(OLD_LOGPROB_SOURCES)}")
+        if self.old_logprobs == "engine" and (self.temperature != 1.0 or self.top_p != 1.0):
+            self._value_error(
+                f"old_logprobs 'engine' needs temperature 1 and top_p 1 (got {self.temperature}, {self.top_p}): the "
+                "engine reports log-probs of the raw logits, not of the distribution it sampled from; use 'learner'")
         if self.group_size < 1 or self.tasks_per_iteration < 1:
             self._value_error("group_size and tasks_per_iteration must be >= 1")
         if self.critic_warmup < 0:

@@ -3,7 +3,8 @@
 Per `update()` call (one training batch):
   * with no gradient: the reference model's log-probs (KL term; with LoRA the
     reference is the base model, adapter off), the policy's log-probs before
-    the update when the batch feeds more than one optimizer step (pi_old),
+    the update when the batch feeds more than one optimizer step (pi_old; with
+    `old_logprobs: engine` the rollout engine's sampling log-probs instead),
     the values before the update (PPO), and the token-level advantages of the
     estimators that need them (REINFORCE++'s KL-shaped returns, GAE), whitened
     with statistics all-reduced over the learners' shards so that they are
@@ -225,11 +226,16 @@ class GRPOTorchLearner(TorchLearner):
             policy_batch["ref_logprobs"] = ref
         needs_old = self._needs_old_logprobs(policy_batch.count, kwargs)
         if needs_old or cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
-            current = self._forward_no_grad(module.llm, policy_batch, temperature=module.temperature,
-                                            value_head=module.value_head)
-            policy_batch["old_logprobs"] = current["logprobs"]
-            if "values" in current:
-                policy_batch["old_values"] = current["values"]
+            from_engine = cfg.old_logprobs == "engine"
+            if from_engine:  # the sampling log-probs as pi_old: no forward (GRPOConfig.old_logprobs)
+                policy_batch["old_logprobs"] = np.asarray(policy_batch["sample_logprobs"], dtype=np.float32)
+            if not from_engine or module.value_head is not None:  # PPO's values need the forward anyway
+                current = self._forward_no_grad(module.llm, policy_batch, temperature=module.temperature,
+                                                value_head=module.value_head)
+                if not from_engine:
+                    policy_batch["old_logprobs"] = current["logprobs"]
+                if "values" in current:
+                    policy_batch["old_values"] = current["values"]
         if cfg.advantage_estimator in TOKEN_LEVEL_ESTIMATORS:
             self._token_level_advantages(policy_batch)
 
