@@ -107,6 +107,7 @@ def test_learner_benchmark_limits_per_mode(tmp_path):
         assert list(m["limits"]) == list(MODE_LIMITS[mode])
         assert m["ratio"] == m["limits"][m["judged_limit"]]["ratio"] and m["grpo_tokens_per_s"] > 0
         assert all(len(limit["step_cpu_s"]) == 1 and limit["tokens_per_s"] > 0 for limit in m["limits"].values())
+        assert all(limit["ratio_of_medians"] == limit["ratio"] for limit in m["limits"].values())  # one repeat
     rows = ROWS["learner"](result)
     limits = [(r[1].split("(")[1].split(":")[0].split(")")[0], r[3].split("(", 1)[1].rstrip(")")) for r in rows[:-1]]
     assert limits == [("no KL", "bare f+b+step"), ("no KL", "bare f+b+step, LM head on all positions"),
