@@ -65,7 +65,7 @@ def generation_rates(path: str, prompts: int, prompt_tokens: int, new_tokens: in
     generator = torch.Generator().manual_seed(0)
     rates = {}
     for dtype in ("float32", "bfloat16"):
-        # Each dtype as asked: the engine's own CPU fallback (`cpu_engine_dtype`) is what is timed.
+        # Each dtype as asked: `VLLMEngine` itself is timed, its CPU fallback (`cpu_engine_dtype`) patched out.
         with mock.patch.object(engines, "cpu_engine_dtype", lambda asked: asked):
             engine = engines.VLLMEngine(path, dtype=dtype, seed=0, max_model_len=prompt_tokens + new_tokens + 8)
         llm = engine.llm
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from rllib_agentgym.core.embedded import resolve_model_path
-    from rllib_agentgym.core.precision import autocast_dtype, cpu_engine_dtype, cpu_has_native
+    from rllib_agentgym.core.precision import autocast_dtype, cpu_has_native, engine_dtype
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     path = resolve_model_path(model_path(args.model))
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.generation:
         del model, optimizer  # the engines need the memory more
         gen = generation_rates(path, args.gen_prompts, args.gen_prompt_tokens, args.gen_tokens)
-        gen_picked = cpu_engine_dtype("bfloat16") if device.type == "cpu" else "bfloat16"
+        gen_picked = engine_dtype("bfloat16")
         generation = {
             "tokens_per_s": {name: round(r, 1) for name, r in gen.items()},
             "bfloat16_over_float32": round(gen["bfloat16"] / gen["float32"], 3),

@@ -60,13 +60,14 @@ class RecordingLearner(GRPOTorchLearner):
         super().apply_gradients(gradients_dict)
 
 
-def _learner_group(embedded_model, **training):
+def _learner_group(embedded_model, learner_class=None, skip_nan_gradients=False, **training):
     config = (
         GRPOConfig()
         .environment("agentgym/textcraft")
         .llm(model_path=embedded_model, gradient_checkpointing=training.pop("gradient_checkpointing", False))
         .training(**training)
-        .learners(num_learners=0, learner_class=RecordingLearner)
+        .framework(torch_skip_nan_gradients=skip_nan_gradients)
+        .learners(num_learners=0, learner_class=learner_class or RecordingLearner)
     )
     spec = config.get_default_rl_module_spec()
     spec.observation_space, spec.action_space = text_space(), text_space()
@@ -230,17 +231,8 @@ def _step_weights(embedded_model, monkeypatch, *, nan: bool = False, rllib_path:
     monkeypatch.setattr(TorchLearner, "apply_gradients", lambda self, g: rllib_calls.append(1) or original(self, g))
     if rllib_path:  # what RLlib does alone: its per-parameter checks
         monkeypatch.setattr(grpo_torch_learner, "all_finite", lambda tensors: False)
-    config = (
-        GRPOConfig()
-        .environment("agentgym/textcraft")
-        .llm(model_path=embedded_model)
-        .training(lr=1e-3, kl_coef=KL_COEF, micro_batch_size=2)
-        .framework(torch_skip_nan_gradients=skip_nan)
-        .learners(num_learners=0, learner_class=NanGradientLearner)
-    )
-    spec = config.get_default_rl_module_spec()
-    spec.observation_space, spec.action_space = text_space(), text_space()
-    learner_group = config.build_learner_group(rl_module_spec=spec)
+    config, learner_group = _learner_group(embedded_model, NanGradientLearner, skip_nan_gradients=skip_nan, lr=1e-3,
+                                           kl_coef=KL_COEF, micro_batch_size=2)
     try:
         learner = learner_group._learner
         llm = learner.module["default_policy"].unwrapped().llm

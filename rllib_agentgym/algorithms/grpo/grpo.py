@@ -109,9 +109,10 @@ class GRPOConfig(AlgorithmConfig):
         # pi_old of a batch that feeds several optimizer steps (minibatches, epochs):
         # "learner": a no-grad forward of the policy before the update (exact);
         # "engine": the rollout engine's log-probs of the tokens it sampled, no forward (the
-        # learner's time -41% in a 2-minibatch BabyAI run, docs/learning.md section 3); they are the sampling distribution's only at temperature 1 and
-        # top_p 1 (vLLM reports raw log-probs), and differ from the learner's by the engine's
-        # numerics (a bf16 engine on a GPU: the first step's ratio is then not exactly 1).
+        # learner's time -41% in a 2-minibatch BabyAI run, docs/learning.md section 3); they
+        # are the sampling distribution's only at temperature 1 and top_p 1 (vLLM reports raw
+        # log-probs), and differ from the learner's by the engine's numerics (a bf16 engine on
+        # a GPU: the first step's ratio is then not exactly 1).
         self.old_logprobs = "learner"
         self.dynamic_sampling = False  # DAPO: drop groups whose rewards are all equal, refill the batch
         self.dynamic_sampling_max_rounds = 3  # extra sampling rounds at most, per iteration
