@@ -159,6 +159,7 @@ def test_installed_rllib_command_trains_grpo_from_flags(embedded_model, tmp_path
     last = json.loads(result.read_text().strip().splitlines()[-1])
     assert last["training_iteration"] == 1
     assert last["env_runners"]["num_episodes"] == 2  # one task, a group of two
+    assert last["main_process_threads"] == 2  # the trial reserved both CPUs (GRPO.default_resource_request)
     assert not (Path.home() / "ray_results" / name).exists()  # --storage-path, not ~/ray_results
 
 

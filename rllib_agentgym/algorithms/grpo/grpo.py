@@ -27,6 +27,7 @@ from ray.rllib.utils.metrics import (
     LEARNER_RESULTS,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
 )
+from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from rllib_agentgym.algorithms.advantages import (
     compute_advantages,
@@ -34,6 +35,7 @@ from rllib_agentgym.algorithms.advantages import (
     invalid_turn_advantages,
 )
 from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import CRITIC_ONLY
+from rllib_agentgym.algorithms.resources import free_node_cpus, main_process_cpus, uses_local_cpu_learner
 from rllib_agentgym.algorithms.rewards import (
     REWARD_TYPES,
     invalid_turn_flags,
@@ -50,6 +52,7 @@ from rllib_agentgym.env_runners.llm_env_runner import FORMAT_ERROR_KINDS, LLMEnv
 # driver (`GRPO._build_batch`), before the batch is sharded across learners.
 GROUP_ESTIMATORS = ("grpo", "rloo", "gigpo")
 OLD_LOGPROB_SOURCES = ("learner", "engine")  # GRPOConfig.old_logprobs
+MAIN_PROCESS_THREADS = "main_process_threads"  # a result key: torch's threads in the trial's process
 
 
 # The settings that name a run's starting model (see GRPOConfig.resolve_warm_start).
@@ -330,6 +333,21 @@ class GRPO(Algorithm):
     def get_default_config(cls) -> GRPOConfig:
         return GRPOConfig()
 
+    @classmethod
+    def default_resource_request(cls, config):
+        """RLlib's request, except that a local CPU learner at `num_cpus_per_learner: "auto"`
+        reserves the free CPUs its node has left after the trial's other bundles: Ray gives the
+        trial's process as many OpenMP threads as it reserves, and that process trains (and,
+        with a local env runner, generates). Several such trials on one node then run one
+        after another; set `num_cpus_per_learner` to share a node."""
+        request = super().default_resource_request(config)
+        cfg = cls.get_default_config().update_from_dict(config.to_dict() if isinstance(config, AlgorithmConfig) else config)
+        if not uses_local_cpu_learner(cfg):
+            return request
+        main, *others = request.bundles
+        cpus = main_process_cpus(main.get("CPU", 0.0), [b.get("CPU", 0.0) for b in others], free_node_cpus())
+        return PlacementGroupFactory([{**main, "CPU": cpus}, *others], strategy=request.strategy)
+
     def setup(self, config):
         super().setup(config)
         self._current_horizon = HorizonSchedule.from_config(self.config.scaling_inter, self.config.max_turns).horizon(
@@ -401,6 +419,8 @@ class GRPO(Algorithm):
         # runners restored from a checkpoint without a callback (Algorithm.from_checkpoint
         # restores the local runner's state only).
         apply_schedule(self)
+        # What a local learner and engine compute with (default_resource_request).
+        self.metrics.log_value(MAIN_PROCESS_THREADS, torch.get_num_threads(), window=1)
         t_start = time.perf_counter()
         rollouts = self._sample()
         trajectories = [t for r in rollouts for t in r.trajectories]
