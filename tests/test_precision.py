@@ -70,3 +70,16 @@ def test_learner_forward_trains_in_float32_on_a_cpu_without_bf16(monkeypatch, em
         reference = module._forward(batch)["logprobs"]  # no autocast: float32
     torch.testing.assert_close(plain, reference)
     assert not torch.equal(mixed.float(), reference)  # bf16 rounding shows where autocast is on
+
+
+def test_each_float32_fallback_warns_once_and_names_what_falls_back(monkeypatch, caplog):
+    monkeypatch.setattr(precision, "cpu_has_native", lambda dtype: False)
+    precision._warn_float32_fallback.cache_clear()
+    with caplog.at_level("WARNING", logger=precision.__name__):
+        for _ in range(2):
+            assert precision.autocast_dtype("cpu", torch.bfloat16) is None
+            assert precision.cpu_engine_dtype("bfloat16") == "float32"
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert "bfloat16" in messages[0] and "the learner trains in float32" in messages[0]
+    assert "the inference engine runs in float32" in messages[1]

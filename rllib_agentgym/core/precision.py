@@ -42,9 +42,10 @@ def cpu_has_bf16_units() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _warn_once(dtype: torch.dtype) -> None:
-    logger.warning("this CPU has no native %s math (no AVX512-BF16 / AMX): training in float32 instead "
-                   "of %s autocast, which would be many times slower here", dtype, dtype)
+def _warn_float32_fallback(dtype: str, part: str) -> None:
+    """One warning per (dtype, part) and process: `part` is what runs in float32 instead."""
+    logger.warning("this CPU has no native %s math (no AVX512-BF16 / AMX): %s in float32 instead, "
+                   "as %s would only be emulated here, many times slower", dtype, part, dtype)
 
 
 def autocast_dtype(device_type: str, dtype: torch.dtype | None) -> torch.dtype | None:
@@ -52,7 +53,7 @@ def autocast_dtype(device_type: str, dtype: torch.dtype | None) -> torch.dtype |
     that would only emulate it."""
     if dtype is None or device_type != "cpu" or cpu_has_native(dtype):
         return dtype
-    _warn_once(dtype)
+    _warn_float32_fallback(str(dtype).removeprefix("torch."), "the learner trains")
     return None
 
 
@@ -75,13 +76,8 @@ def cpu_engine_dtype(dtype: str) -> str:
     low = _LOW_PRECISION.get(dtype)
     if low is None or cpu_has_native(low):
         return dtype
-    _warn_once_engine(dtype)
+    _warn_float32_fallback(dtype, "the inference engine runs")
     return "float32"
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_once_engine(dtype: str) -> None:
-    logger.warning("this CPU has no native %s math: the inference engine runs in float32 instead", dtype)
 
 
 def engine_dtype(dtype: str) -> str:
