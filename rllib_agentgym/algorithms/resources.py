@@ -5,7 +5,7 @@ that many threads in it: the local learner's, and the vLLM CPU engine's of a loc
 runner (the engine runs in-process). RLlib's `num_cpus_per_learner: "auto"` reserves one
 CPU for a local learner, so `rllib train` on a 2-core machine sampled and trained on one
 core while the other idled: an iteration of babyai_pretrained_30min_cpu.yaml (16 episodes)
-took 208 s, against 138 s with 2 CPUs reserved (benchmarks/README.md).
+took 208 s, against 138-160 s with 2 CPUs reserved (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def free_node_cpus() -> float:
     """The CPUs a new bundle can get on one node of the running Ray cluster: the biggest
     alive node's, capped at those not held now (an actor left running keeps its own, and a
     request above what is free would wait forever), or this process's usable CPUs when Ray
-    is not running."""
+    is not running. Free when the trial is created: one created while another trial holds
+    the node asks for RLlib's size."""
     import ray
 
     if ray.is_initialized():
