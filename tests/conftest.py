@@ -21,6 +21,23 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
+# Set in-process by benchmarks/common.py:limit_cpu_threads when a test runs a benchmark's main().
+THREAD_ENV = ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")
+
+
+@pytest.fixture(autouse=True)
+def _restore_thread_env():
+    """A benchmark run in-process must not hand its thread settings to later tests' subprocesses
+    and Ray actors (Ray keeps an OMP_NUM_THREADS that is already set)."""
+    saved = {name: os.environ.get(name) for name in THREAD_ENV}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def ray_local(tmp_path_factory):
     """A local Ray cluster of our own (never a running one), shut down at the end."""

@@ -140,8 +140,8 @@ def test_installed_rllib_command_trains_grpo_from_flags(embedded_model, tmp_path
     ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's unix socket paths
     # A cluster of its own (`--ray-address local`, never one `ray start` left running), its
     # session files in our temp dir; the built embedded model comes through RLLIB_AGENTGYM_CACHE.
-    # A user's shell: no RAY_ADDRESS, and no OMP_NUM_THREADS (a benchmark smoke test run in this
-    # process sets it; Ray leaves a set one as it is, which the threads check below would read).
+    # A user's shell without RAY_ADDRESS or OMP_NUM_THREADS (Ray keeps a set one, which the threads
+    # check below would read instead of what the trial reserved).
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OMP_NUM_THREADS")}
     env["RAY_TMPDIR"] = ray_tmp
     argv = [rllib, "train", "--algo", "GRPO", "--env", "agentgym/textcraft", "--name", name,
