@@ -26,16 +26,24 @@ THREAD_ENV = ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")
 
 
 @pytest.fixture(autouse=True)
-def _restore_thread_env():
-    """A benchmark run in-process must not hand its thread settings to later tests' subprocesses
-    and Ray actors (Ray keeps an OMP_NUM_THREADS that is already set)."""
-    saved = {name: os.environ.get(name) for name in THREAD_ENV}
+def _restore_thread_settings():
+    """A benchmark run in-process must not hand its thread settings to later tests: not the
+    environment to their subprocesses and Ray actors (Ray keeps an OMP_NUM_THREADS that is
+    already set), nor torch's intra-op thread count to the rest of this process."""
+    import torch
+
+    saved_env = {name: os.environ.get(name) for name in THREAD_ENV}
+    saved_threads = torch.get_num_threads()
     yield
-    for name, value in saved.items():
+    for name, value in saved_env.items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+    if torch.get_num_threads() != saved_threads:
+        # vLLM's CPU worker swaps torch.set_num_threads for a no-op in the process that hosts
+        # it; the C function underneath still sets the count.
+        torch._C.set_num_threads(saved_threads)
 
 
 @pytest.fixture(scope="session")
