@@ -114,6 +114,10 @@ def quiet_logs() -> None:
     logging.getLogger("ray").setLevel(logging.WARNING)
 
 
+# What limit_cpu_threads sets in os.environ (tests restore them after a benchmark run in-process).
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")
+
+
 def limit_cpu_threads(threads: int) -> dict[str, Any]:
     """On a CPU-only machine, give torch and vLLM's CPU worker `threads` unbound threads (0: leave defaults).
 

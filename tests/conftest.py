@@ -21,10 +21,6 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
-# Set in-process by benchmarks/common.py:limit_cpu_threads when a test runs a benchmark's main().
-THREAD_ENV = ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")
-
-
 @pytest.fixture(autouse=True)
 def _restore_thread_settings():
     """A benchmark run in-process must not hand its thread settings to later tests: not the
@@ -32,7 +28,9 @@ def _restore_thread_settings():
     already set), nor torch's intra-op thread count to the rest of this process."""
     import torch
 
-    saved_env = {name: os.environ.get(name) for name in THREAD_ENV}
+    from benchmarks.common import THREAD_ENV_VARS
+
+    saved_env = {name: os.environ.get(name) for name in THREAD_ENV_VARS}
     saved_threads = torch.get_num_threads()
     yield
     for name, value in saved_env.items():

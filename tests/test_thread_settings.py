@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from benchmarks.common import limit_cpu_threads
+from benchmarks.common import THREAD_ENV_VARS, limit_cpu_threads
 
 _BEFORE: dict = {}
 
@@ -38,4 +38,4 @@ def test_b_the_next_test_has_the_settings_back():
 
 
 def _thread_env() -> dict:
-    return {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")}
+    return {name: os.environ.get(name) for name in THREAD_ENV_VARS}
