@@ -3,11 +3,12 @@ at the engine level, and through the Algorithm's own sync after a real learner u
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from gymnasium.spaces import Text
 
 from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
-from rllib_agentgym.core.rl_module import LLMRLModule, load_causal_lm
+from rllib_agentgym.core.rl_module import LLMRLModule, load_causal_lm, state_to_numpy
 from rllib_agentgym.env_runners.engines import HFEngine, SamplingConfig, VLLMEngine
 
 PROMPTS = [[1, 392, 262, 201, 41, 81], [1, 548, 75, 290, 337, 86, 201, 1]]
@@ -25,6 +26,32 @@ def _hf_greedy(llm, prompts) -> list[list[int]]:
 def _agree(engine_tokens, hf_tokens) -> bool:
     # vLLM stops at EOS; generate may pad past it: compare the engine's tokens as a prefix.
     return all(e and h[: len(e)] == e for e, h in zip(engine_tokens, hf_tokens))
+
+
+def test_state_to_numpy_keeps_bfloat16_values_exactly():
+    bf16 = torch.randn(3, 5).to(torch.bfloat16)
+    fp32 = torch.randn(4)
+    out = state_to_numpy({"w": bf16, "b": fp32})
+    assert out["w"].dtype == np.float32 and out["b"].dtype == np.float32
+    assert torch.equal(torch.as_tensor(out["w"]).to(torch.bfloat16), bf16)  # bf16 -> fp32 -> bf16 is exact
+    assert np.array_equal(out["b"], fp32.numpy())
+
+
+def test_bfloat16_module_state_round_trips_into_another_bfloat16_module(embedded_model):
+    """A learner that holds its model in bfloat16 (a GPU run's `dtype: bfloat16`) hands out numpy
+    weights, which RLlib needs for the object store, and a bfloat16 receiver gets them bit for bit."""
+    config = {"model": embedded_model, "dtype": "bfloat16"}
+    sender = LLMRLModule(observation_space=Text(8), action_space=Text(8), model_config=config)
+    receiver = LLMRLModule(observation_space=Text(8), action_space=Text(8), model_config=config)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in sender.llm.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    state = sender.get_state()
+    assert all(isinstance(v, np.ndarray) for v in state.values())
+    receiver.set_state(state)
+    for (name, sent), received in zip(sender.llm.state_dict().items(), receiver.llm.state_dict().values()):
+        assert received.dtype == torch.bfloat16 and torch.equal(sent, received), name
 
 
 def test_vllm_greedy_matches_hf_after_weight_sync(embedded_model):

@@ -127,6 +127,16 @@ def _trained_tokens(batch: Dict[str, Any]) -> torch.Tensor | None:
     return mask
 
 
+def state_to_numpy(state: Dict[str, torch.Tensor]) -> Dict[str, Any]:
+    """Tensors -> numpy arrays, the form RLlib hands weights around in (Ray object store, checkpoints).
+
+    numpy has no bfloat16: those tensors go as float32, which holds every bfloat16
+    value exactly (bf16 -> fp32 -> bf16 is the identity), so an engine or model that
+    runs in bfloat16 gets back the learner's exact weights, at twice the bytes.
+    """
+    return convert_to_numpy({k: v.float() if v.dtype == torch.bfloat16 else v for k, v in state.items()})
+
+
 class LLMRLModule(TorchRLModule, ValueFunctionAPI):
     def setup(self):
         cfg = dict(self.model_config or {})
@@ -204,7 +214,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             state = dict(self.llm.state_dict())
         if self.value_head is not None and not inference_only:
             state.update({VALUE_HEAD_PREFIX + k: v for k, v in self.value_head.state_dict().items()})
-        return convert_to_numpy(state)
+        return state_to_numpy(state)
 
     def set_state(self, state) -> None:
         state = dict(state)
