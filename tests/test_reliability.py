@@ -38,6 +38,7 @@ from rllib_agentgym.envs.client import (
     HTTPEnvClient,
     LocalEnvServer,
     RetryPolicy,
+    tls_context,
 )
 from rllib_agentgym.envs.registry import get_spec
 
@@ -345,6 +346,26 @@ def test_client_never_retries_into_a_client_error(textcraft_url):
         client.step("x" * 70_000)  # 422 from the server: not a fault to retry
     assert client.step("inventory").observation.startswith("Inventory")
     client.close()
+
+
+def test_sessions_and_probes_share_one_tls_context(textcraft_url, monkeypatch):
+    """httpx reads the CA bundle for every client it builds a TLS context for (~40 ms): a runner's
+    sessions (one per episode slot) and the pool's health probes must build it once per process."""
+    built = []
+    real = httpx.create_ssl_context
+    monkeypatch.setattr(httpx, "create_ssl_context", lambda *a, **k: built.append(1) or real(*a, **k))
+    tls_context.cache_clear()
+    try:
+        pool = EndpointPool([textcraft_url])
+        clients = [HTTPEnvClient(pool) for _ in range(4)]
+        assert pool.probe(textcraft_url)
+        clients[0].reset(3)
+        assert clients[0].step("inventory").observation.startswith("Inventory")
+        for client in clients:
+            client.close()
+    finally:
+        tls_context.cache_clear()
+    assert len(built) == 1
 
 
 # ---- sessions free what they hold ------------------------------------------------------------

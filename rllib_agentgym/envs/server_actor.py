@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from rllib_agentgym.envs.client import LocalEnvServer
+from rllib_agentgym.envs.client import LocalEnvServer, tls_context
 
 ACTOR_NAME_PREFIX = "agentgym-env-server"
 _launch_counter = itertools.count()  # per process: tells apart the servers one process launches
@@ -81,7 +81,7 @@ class EnvServer:
         health = None
         if alive:
             try:
-                health = httpx.get(server.url + "/health", timeout=2.0).json()
+                health = httpx.get(server.url + "/health", timeout=2.0, verify=tls_context()).json()
             except (httpx.HTTPError, ValueError):
                 health = None
         return {"module": self.module, "url": server.url, "pid": server.pid, "alive": alive,
