@@ -19,7 +19,8 @@ trajectories (the exact prompt ids each episode had at that turn, in the same
 order, turn after turn) with `ignore_eos` and `max_tokens =` the length the
 runner sampled, so both sides generate exactly the same number of tokens from
 the same prompts (`min_tokens` would add a logits processor the runner does
-not pay for). Sampling settings and `logprobs=0` are the runner's. The prefix
+not pay for). Sampling settings, `logprobs=0` and vLLM's flat log-prob layout
+are the runner's. The prefix
 cache is emptied before each side so both start cold.
 
 Ratio = runner tokens/s (over its whole `sample()` wall time: resets, env
@@ -85,7 +86,7 @@ def replay(llm, batches, temperature: float, top_p: float) -> tuple[float, float
     for batch in batches:
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _ in batch]
         params = [
-            SamplingParams(temperature=temperature, top_p=top_p, max_tokens=n, ignore_eos=True, logprobs=0)
+            SamplingParams(temperature=temperature, top_p=top_p, max_tokens=n, ignore_eos=True, logprobs=0, flat_logprobs=True)
             for _, n in batch
         ]
         t0, c0 = time.perf_counter(), cpu_seconds()

@@ -80,6 +80,29 @@ def _tolerate_llvmlite() -> None:
         table.setdefault("__dict__", {})
 
 
+def sampled_logprobs(token_ids: Sequence[int], position_logprobs) -> list[float]:
+    """log pi(x_t | x_<t) of each sampled token x_t, from vLLM's per-position log-probs.
+
+    `position_logprobs` is vLLM's `FlatLogprobs` (`flat_logprobs=True`: parallel
+    lists, position p's entries at start_indices[p]:end_indices[p]) or its default
+    list of {token id: Logprob} dicts. With `logprobs=0` each position holds the
+    sampled token alone, and the flat lists are the answer as they stand. The dict
+    layout costs two tracked objects per generated token, which vLLM's own notes
+    name as a garbage-collector load in its output path.
+    """
+    if position_logprobs is None:
+        return []
+    if hasattr(position_logprobs, "start_indices"):  # FlatLogprobs
+        flat = position_logprobs
+        if list(flat.token_ids) == list(token_ids):  # one entry per position: the sampled token
+            return list(flat.logprobs)
+        return [
+            next(flat.logprobs[i] for i in range(flat.start_indices[p], flat.end_indices[p]) if flat.token_ids[i] == tok)
+            for p, tok in enumerate(token_ids[: len(flat.start_indices)])
+        ]
+    return [step[tok].logprob for tok, step in zip(token_ids, position_logprobs)]
+
+
 ONEDNN_PRIMITIVE_CACHE_CAPACITY_DEFAULT = 64
 
 
@@ -158,6 +181,7 @@ class VLLMEngine:
                 top_k=sampling.top_k,
                 max_tokens=sampling.max_new_tokens,
                 logprobs=0,
+                flat_logprobs=True,  # see sampled_logprobs
                 seed=None if seeds is None else int(seeds[i]),
             )
             for i in range(len(prompts))
@@ -169,7 +193,7 @@ class VLLMEngine:
         for out in outputs:
             completion = out.outputs[0]
             ids = list(completion.token_ids)
-            logprobs = [step[tok].logprob for tok, step in zip(ids, completion.logprobs or [])]
+            logprobs = sampled_logprobs(ids, completion.logprobs)
             generations.append(Generation(ids, logprobs, bool(ids) and ids[-1] == self._eos_id))
         return generations
 
