@@ -132,9 +132,13 @@ def state_to_numpy(state: Dict[str, torch.Tensor]) -> Dict[str, Any]:
 
     numpy has no bfloat16: those tensors go as float32, which holds every bfloat16
     value exactly (bf16 -> fp32 -> bf16 is the identity), so an engine or model that
-    runs in bfloat16 gets back the learner's exact weights, at twice the bytes.
+    runs in bfloat16 gets back the learner's exact weights, at twice the bytes. They
+    are widened on the host, after the copy: a GPU learner then moves the bf16 bytes
+    and never holds a float32 copy of its whole model in device memory.
     """
-    return convert_to_numpy({k: v.float() if v.dtype == torch.bfloat16 else v for k, v in state.items()})
+    return convert_to_numpy(
+        {k: v.detach().cpu().float() if v.dtype == torch.bfloat16 else v for k, v in state.items()}
+    )
 
 
 class LLMRLModule(TorchRLModule, ValueFunctionAPI):
