@@ -139,14 +139,15 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def grpo_config(args, use_kl: bool):
+def grpo_config(args, use_kl: bool, share_prefix: bool = True):
     from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 
     return (
         GRPOConfig()
         .environment("agentgym/textcraft")
         .llm(model_path=args.model, model_dtype=args.dtype, max_model_len=args.max_model_len)
-        .training(micro_batch_size=args.micro_batch_size, use_kl_loss=use_kl, lr=1e-6)
+        .training(micro_batch_size=args.micro_batch_size, use_kl_loss=use_kl, lr=1e-6,
+                  share_prompt_prefix=share_prefix)
         .learners(num_learners=0, num_gpus_per_learner=1 if _cuda() else 0)
     )
 
@@ -180,7 +181,7 @@ class BareStep:
         import torch
 
         from rllib_agentgym.core.precision import autocast
-        from rllib_agentgym.core.rl_module import load_causal_lm
+        from rllib_agentgym.core.rl_module import MIN_SHARED_PREFIX, load_causal_lm, shared_prefix_length
 
         self.torch = torch
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -201,30 +202,38 @@ class BareStep:
             m_ids, m_mask, m_response = (t[rows, :width].to(self.device) for t in (ids, mask, response))
             # Positions p whose logits predict a response token (token p + 1) of some row.
             positions = m_response[:, 1:].bool().any(0).nonzero().squeeze(-1)
-            self.micro.append((m_ids, m_mask, m_response, positions))
+            cached = max(0, shared_prefix_length(m_ids, m_mask, m_response) - 1)
+            self.micro.append((m_ids, m_mask, m_response, positions, cached if cached >= MIN_SHARED_PREFIX else 0))
         self.count = float(response.sum())
 
-    def _token_logprobs(self, model, ids, mask, positions):
-        """log p(token t+1 | ..t) at `positions` (None: at every position)."""
+    def _token_logprobs(self, model, ids, mask, positions, cached: int = 0):
+        """log p(token t+1 | ..t) at `positions` (None: at every position); the first `cached` tokens,
+        which every row shares, run once for the micro-batch (as the learner's `share_prompt_prefix`)."""
+        from rllib_agentgym.core.rl_module import _forward_after_shared_prefix
+
         with self.autocast():
             if positions is None:
                 logits, labels = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1], ids[:, 1:]
             else:
-                logits = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=positions).logits
+                if cached:
+                    logits = _forward_after_shared_prefix(model, ids, mask, cached, positions).logits
+                else:
+                    logits = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=positions).logits
                 labels = ids[:, 1:].index_select(1, positions)
         logits = logits.float()
         return logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
 
-    def step(self, full_lm_head: bool = False, reference: bool = False) -> None:
+    def step(self, full_lm_head: bool = False, reference: bool = False, share_prefix: bool = True) -> None:
         torch = self.torch
         if reference:
             with torch.no_grad():
-                for ids, mask, _, positions in self.micro:
-                    self._token_logprobs(self.reference, ids, mask, positions)
-        for ids, mask, response, positions in self.micro:
+                for ids, mask, _, positions, cached in self.micro:
+                    self._token_logprobs(self.reference, ids, mask, positions, cached if share_prefix else 0)
+        for ids, mask, response, positions, cached in self.micro:
             keep = None if full_lm_head else positions
             weights = response[:, 1:] if keep is None else response[:, 1:].index_select(1, keep)
-            loss = -(self._token_logprobs(self.model, ids, mask, keep) * weights).sum() / self.count
+            logprobs = self._token_logprobs(self.model, ids, mask, keep, cached if share_prefix and keep is not None else 0)
+            loss = -(logprobs * weights).sum() / self.count
             loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -271,9 +280,10 @@ def profile_sides(sides: dict[str, Any], table_path: Path, row_limit: int = 30) 
 
 # mode -> its limits as BareStep.step options; the first one is the mode's judged limit.
 MODE_LIMITS: dict[str, dict[str, dict[str, bool]]] = {
-    "no_kl": {"bare": {}, "bare_full_lm_head": {"full_lm_head": True}},
+    "no_kl": {"bare": {}, "bare_full_lm_head": {"full_lm_head": True}, "bare_unshared": {"share_prefix": False}},
     "kl": {"bare_plus_ref": {"reference": True}, "bare": {}},
     "no_kl_in_order": {"bare": {}},
+    "no_kl_unshared": {"bare_unshared": {"share_prefix": False}, "bare": {}},
 }
 
 
@@ -338,10 +348,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--modes", default="no_kl,kl,no_kl_in_order",
+    parser.add_argument("--modes", default="no_kl,kl,no_kl_in_order,no_kl_unshared",
                         help="no_kl: same work as the bare step; kl: the default config (limits: bare + reference "
                              "forward, and bare alone); no_kl_in_order: micro-batches in batch order (the learner "
-                             "before length sorting)")
+                             "before length sorting); no_kl_unshared: share_prompt_prefix off, every row's "
+                             "prompt run in full (limits: the bare step doing the same, and the sharing one)")
     parser.add_argument("--cpu-threads", type=int, default=1, help="CPU only: torch threads (0: torch's default)")
     parser.add_argument("--profile", default=None, metavar="DIR",
                         help="after timing, run each side once under torch.profiler: busy device time, kernel and "
@@ -384,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         # no_kl_in_order: the learner's micro-batches cut in batch order, as before they were formed by length.
         grpo_torch_learner.micro_batches_by_length = in_batch_order if mode == "no_kl_in_order" else by_length
         try:
-            config = grpo_config(args, use_kl)
+            config = grpo_config(args, use_kl, share_prefix=mode != "no_kl_unshared")
             learner_group = build_learner_group(config)
             batch = build_batch(config, trajectories)
             bare = BareStep(args, batch.policy_batches["default_policy"], with_reference=use_kl,

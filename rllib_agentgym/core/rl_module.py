@@ -5,6 +5,8 @@
                              or an RLlib checkpoint dir (its policy is exported once)
     dtype:                   "float32" | "bfloat16" | "float16" | "auto"
     gradient_checkpointing:  trade compute for activation memory
+    share_prefix:            run the tokens all rows of a batch start with once (default True;
+                             `shared_prefix_length`)
     compute_entropy:         also return per-token entropy in forward_train
     entropy_grad:            keep the entropy's graph (for an entropy bonus in the loss)
     autocast:                "bfloat16" | "float16": forward_train under torch.autocast (fp32
@@ -74,9 +76,49 @@ def _scatter_positions(values: torch.Tensor, positions: torch.Tensor | None, tok
     return full * token_mask[:, 1:].to(full.dtype)
 
 
+# Below this many shared tokens a second model call costs more than the rows' repeats save.
+MIN_SHARED_PREFIX = 16
+
+
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_mask: torch.Tensor) -> int:
+    """P: how many leading tokens every row of the batch shares, up to the first one any row trains on.
+
+        P = min(longest common prefix of the rows' real tokens, first t with token_mask[:, t] in some row)
+
+    Logits at P - 1 predict token P, so tokens [0, P - 1) are what one forward can serve for all rows.
+    """
+    if input_ids.shape[0] < 2:
+        return 0
+    same = (input_ids == input_ids[:1]).all(dim=0) & attention_mask.bool().all(dim=0)
+    common = int(same.int().cumprod(dim=0).sum())
+    trained = token_mask.bool().any(dim=0).nonzero()
+    return min(common, int(trained[0]) if trained.numel() else common)
+
+
+def _checkpointing(llm) -> bool:
+    # Checkpointed layers in training drop a KV cache (transformers' GradientCheckpointingLayer).
+    return bool(getattr(llm, "is_gradient_checkpointing", False)) and llm.training
+
+
+def _forward_after_shared_prefix(llm, input_ids, attention_mask, cached: int, positions: torch.Tensor):
+    """The causal LM's output over tokens [cached, T) of every row, with tokens [0, cached), which all
+    rows share, run once: their KV cache (in the autograd graph, so the prefix's LoRA weights still
+    get their gradient through every row's attention) is repeated over the batch. The LM head runs at
+    `positions` (all >= cached), as `logits_to_keep` would in one full forward."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    llm(input_ids=input_ids[:1, :cached], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(input_ids.shape[0])
+    return llm(
+        input_ids=input_ids[:, cached:], attention_mask=attention_mask, past_key_values=cache, use_cache=True,
+        logits_to_keep=positions - cached,
+    )
+
+
 def token_logprobs_and_entropy(
     llm, input_ids, attention_mask, compute_entropy: bool = True, entropy_grad: bool = False, value_head=None,
-    token_mask: torch.Tensor | None = None, temperature: float = 1.0,
+    token_mask: torch.Tensor | None = None, temperature: float = 1.0, share_prefix: bool = True,
 ) -> Dict[str, torch.Tensor]:
     """Per-token log-probs (and entropies, values) of `input_ids` under `llm` at `temperature`:
 
@@ -89,17 +131,27 @@ def token_logprobs_and_entropy(
     With `token_mask` [B, T], log-probs and entropies are computed only for the
     tokens it selects and are 0 elsewhere: the LM head runs only on the
     positions that predict a selected token of some row (`logits_to_keep`).
+    With `share_prefix` too, the tokens every row starts with and no row trains
+    on (an agent's instruction and, within a GRPO group, its whole prompt) run
+    through the model once for the batch rather than once a row
+    (`shared_prefix_length`); the log-probs and gradients are the same.
     """
     if token_mask is not None:
         token_mask = token_mask.bool()  # a selection: a weighted loss mask must not scale the log-probs
     positions = predicting_positions(token_mask) if token_mask is not None else None
     if positions is not None and positions.numel() == 0:
         positions = None  # nothing selected: keep the full graph, so a loss over no tokens still backpropagates
-    keep = {"logits_to_keep": positions} if positions is not None else {}
-    out_llm = llm(
-        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=value_head is not None,
-        **keep,
-    )
+    cached = 0
+    if positions is not None and share_prefix and value_head is None:
+        cached = max(0, shared_prefix_length(input_ids, attention_mask, token_mask) - 1)
+    if cached >= MIN_SHARED_PREFIX and not _checkpointing(llm):
+        out_llm = _forward_after_shared_prefix(llm, input_ids, attention_mask, cached, positions)
+    else:
+        keep = {"logits_to_keep": positions} if positions is not None else {}
+        out_llm = llm(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+            output_hidden_states=value_head is not None, **keep,
+        )
     if positions is None:
         logits, labels = out_llm.logits[:, :-1].float(), input_ids[:, 1:]
     else:
@@ -160,6 +212,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             self.value_head = torch.nn.Linear(hidden, 1)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
+        self.share_prefix = bool(cfg.get("share_prefix", True))
         self._compute_entropy = bool(cfg.get("compute_entropy", True))
         self._entropy_grad = bool(cfg.get("entropy_grad", False))
         self._autocast = getattr(torch, cfg["autocast"]) if cfg.get("autocast") else None
@@ -188,6 +241,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
                 self.value_head,
                 token_mask=_trained_tokens(batch),
                 temperature=self.temperature,
+                share_prefix=self.share_prefix,
             )
 
     def compute_values(self, batch: Dict[str, Any], embeddings=None) -> torch.Tensor:

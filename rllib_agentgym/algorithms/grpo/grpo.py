@@ -109,6 +109,9 @@ class GRPOConfig(AlgorithmConfig):
         self.loss_agg_mode = "token-mean"
         self.entropy_coeff = 0.0
         self.micro_batch_size = 4  # trajectories per forward/backward (gradient accumulation)
+        # The tokens a micro-batch's rows all start with (the instruction; a group's whole prompt)
+        # run through the learner's model once, not once a row: the same log-probs and gradients.
+        self.share_prompt_prefix = True
         # pi_old of a batch that feeds several optimizer steps (minibatches, epochs):
         # "learner": a no-grad forward of the policy before the update (exact);
         # "engine": the rollout engine's log-probs of the tokens it sampled, no forward (the
@@ -168,6 +171,7 @@ class GRPOConfig(AlgorithmConfig):
         loss_agg_mode: Optional[str] = NotProvided,
         entropy_coeff: Optional[float] = NotProvided,
         micro_batch_size: Optional[int] = NotProvided,
+        share_prompt_prefix: Optional[bool] = NotProvided,
         old_logprobs: Optional[str] = NotProvided,
         group_size: Optional[int] = NotProvided,
         tasks_per_iteration: Optional[int] = NotProvided,
@@ -193,7 +197,8 @@ class GRPOConfig(AlgorithmConfig):
             clip_ratio_low=clip_ratio_low,
             clip_ratio_high=clip_ratio_high, use_kl_loss=use_kl_loss,
             kl_coef=kl_coef, kl_estimator=kl_estimator, loss_agg_mode=loss_agg_mode,
-            entropy_coeff=entropy_coeff, micro_batch_size=micro_batch_size, old_logprobs=old_logprobs,
+            entropy_coeff=entropy_coeff, micro_batch_size=micro_batch_size,
+            share_prompt_prefix=share_prompt_prefix, old_logprobs=old_logprobs,
             group_size=group_size,
             tasks_per_iteration=tasks_per_iteration, dynamic_sampling=dynamic_sampling,
             dynamic_sampling_max_rounds=dynamic_sampling_max_rounds, overlong_filter=overlong_filter,
@@ -235,6 +240,7 @@ class GRPOConfig(AlgorithmConfig):
                 # Log-probs at the sampling temperature (greedy, 0, samples nothing to train on).
                 "temperature": float(self.temperature) if self.temperature and self.temperature > 0 else 1.0,
                 "gradient_checkpointing": self.gradient_checkpointing,
+                "share_prefix": bool(self.share_prompt_prefix),
                 "entropy_grad": bool(self.entropy_coeff),
                 "lora": self.lora,
                 "value_head": self.advantage_estimator == "gae",

@@ -188,7 +188,8 @@ class GRPOTorchLearner(TorchLearner):
             # Log-probs where the loss reads them (pi_old, pi_ref): the response tokens.
             tokens = torch.as_tensor(arrays["response_mask"][rows], device=self._device)[:, :width]
             res = token_logprobs_and_entropy(model, ids[:, :width], mask[:, :width], False, False, value_head,
-                                             token_mask=tokens, temperature=temperature)
+                                             token_mask=tokens, temperature=temperature,
+                                             share_prefix=self.config.share_prompt_prefix)
             for key in out:
                 out[key][rows, :width] = res[key].float().cpu().numpy()
         return out
