@@ -132,7 +132,7 @@ def token_logprobs_and_entropy(
     tokens it selects and are 0 elsewhere: the LM head runs only on the
     positions that predict a selected token of some row (`logits_to_keep`).
     With `share_prefix` too, the tokens every row starts with and no row trains
-    on (an agent's instruction and, within a GRPO group, its whole prompt) run
+    on (the env's instruction, or the whole prompt of rows from one GRPO group) run
     through the model once for the batch rather than once a row
     (`shared_prefix_length`); the log-probs and gradients are the same.
     """

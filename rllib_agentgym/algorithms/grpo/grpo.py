@@ -109,7 +109,7 @@ class GRPOConfig(AlgorithmConfig):
         self.loss_agg_mode = "token-mean"
         self.entropy_coeff = 0.0
         self.micro_batch_size = 4  # trajectories per forward/backward (gradient accumulation)
-        # The tokens a micro-batch's rows all start with (the instruction; a group's whole prompt)
+        # The tokens a micro-batch's rows all start with (the instruction, or one group's whole prompt)
         # run through the learner's model once, not once a row: the same log-probs and gradients.
         self.share_prompt_prefix = True
         # pi_old of a batch that feeds several optimizer steps (minibatches, epochs):
