@@ -35,6 +35,14 @@ stretch; one thread by default on CPU):
   positions, the limit of an update with a KL term).
 - `no_kl_in_order`: micro-batches cut in batch order (the learner before it
   formed them by length), against `bare`.
+- `no_kl_unshared`: `share_prompt_prefix` off, every row's prompt run in full
+  (the learner before it shared the prefix), against `bare_unshared` (the
+  bare step doing the same); `no_kl` reports `bare_unshared` as well, so the
+  two modes' `grpo_update_s` show what sharing saves.
+
+The bare step shares the prompt prefix as the learner does (the tokens all
+rows of a micro-batch start with and none trains on run once, their KV cache
+repeated over the rows), so `bare` stays the limit of the same work.
 
 Padding waste = padded tokens computed / real tokens, for micro-batches cut
 in batch order and for micro-batches formed by length (what the learner

@@ -111,8 +111,9 @@ def test_learner_benchmark_limits_per_mode(tmp_path):
     rows = ROWS["learner"](result)
     limits = [(r[1].split("(")[1].split(":")[0].split(")")[0], r[3].split("(", 1)[1].rstrip(")")) for r in rows[:-1]]
     assert limits == [("no KL", "bare f+b+step"), ("no KL", "bare f+b+step, LM head on all positions"),
+                      ("no KL", "bare f+b+step, prompt run per row"),
                       ("KL to the reference", "bare f+b+step + ref fwd"), ("KL to the reference", "bare f+b+step")]
-    assert [r[5].startswith(">= 0.9") for r in rows[:-1]] == [True, False, True, False]
+    assert [r[5].startswith(">= 0.9") for r in rows[:-1]] == [True, False, False, True, False]
 
 
 def test_learner_bare_step_reads_logits_where_the_loss_does(embedded_model):
@@ -132,11 +133,16 @@ def test_learner_bare_step_reads_logits_where_the_loss_does(embedded_model):
     bare = BareStep(_bare_args(embedded_model), arrays, with_reference=True, model_config={"dtype": "float32"})
     assert sum(len(ids) for ids, *_ in bare.micro) == len(trajectories)
     with torch.no_grad():
-        for ids, mask, response, positions in bare.micro:
+        for ids, mask, response, positions, cached in bare.micro:
             assert 0 < len(positions) < ids.shape[1] - 1  # fewer positions than the sequence
             full = (bare._token_logprobs(bare.model, ids, mask, None) * response[:, 1:]).sum()
             kept = (bare._token_logprobs(bare.model, ids, mask, positions) * response[:, 1:].index_select(1, positions)).sum()
             torch.testing.assert_close(kept, full, rtol=1e-5, atol=1e-4)
+            if ids.shape[0] > 1:  # one task's group: its rows share the whole prompt, run once
+                assert cached > 0
+                shared = bare._token_logprobs(bare.model, ids, mask, positions, cached)
+                torch.testing.assert_close((shared * response[:, 1:].index_select(1, positions)).sum(), full,
+                                           rtol=1e-5, atol=1e-4)
     before = [p.detach().clone() for p in bare.model.parameters()]
     bare.step(reference=True)
     assert any(not torch.equal(a, b) for a, b in zip(before, bare.model.parameters()))  # one AdamW step applied
