@@ -110,3 +110,56 @@ def test_short_or_checkpointed_prefixes_take_the_full_forward(embedded_model, mo
     llm.gradient_checkpointing_enable()
     token_logprobs_and_entropy(llm, ids, attention, False, token_mask=tokens)
     assert calls == []
+
+
+def test_grpo_update_is_the_same_with_and_without_the_shared_prefix(embedded_model, monkeypatch):
+    """Through the learner: the loss, every gradient and the reference log-probs (the no-grad pass)
+    agree with `share_prompt_prefix` on and off, on a batch whose trajectories share an instruction."""
+    import numpy as np
+
+    from learner_batches import grpo_batch
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+    from rllib_agentgym.envs.gym_env import text_space
+
+    from rllib_agentgym.core import rl_module
+
+    calls = []
+    shared_forward = rl_module._forward_after_shared_prefix
+    monkeypatch.setattr(rl_module, "_forward_after_shared_prefix",
+                        lambda *args: calls.append(args[3]) or shared_forward(*args))
+
+    def update(share: bool):
+        config = (
+            GRPOConfig()
+            .environment("agentgym/textcraft")
+            .llm(model_path=embedded_model)
+            .training(micro_batch_size=2, lr=0.0, kl_coef=0.1, entropy_coeff=0.01, share_prompt_prefix=share)
+            .learners(num_learners=0)
+        )
+        spec = config.get_default_rl_module_spec()
+        spec.observation_space, spec.action_space = text_space(), text_space()
+        learner_group = config.build_learner_group(rl_module_spec=spec)
+        try:
+            batch = grpo_batch(config, instruction=PREFIX)
+            results = learner_group.update(batch=batch, minibatch_size=None, num_epochs=1,
+                                           shuffle_batch_per_epoch=False,
+                                           timesteps={"num_env_steps_sampled_lifetime": 0})
+            llm = learner_group._learner.module["default_policy"].unwrapped().llm
+            grads = {n: p.grad.detach().clone() for n, p in llm.named_parameters() if p.grad is not None}
+            arrays = batch.policy_batches["default_policy"]
+            ref = np.where(arrays["response_mask"] > 0, arrays["ref_logprobs"], 0.0)
+            return float(results[0]["default_policy"]["total_loss"].peek()), grads, ref
+        finally:
+            learner_group.shutdown()
+
+    shared_loss, shared_grads, shared_ref = update(True)
+    # Three micro-batches of two rows, each run once with grad and once without (pi_ref).
+    assert calls == [PREFIX - 1] * 6
+    full_loss, full_grads, full_ref = update(False)
+    assert len(calls) == 6
+    assert shared_loss == pytest.approx(full_loss, rel=1e-4, abs=1e-6)
+    assert shared_grads.keys() == full_grads.keys() and full_grads
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, rtol=1e-3, atol=1e-6, msg=name)
+    np.testing.assert_allclose(shared_ref, full_ref, rtol=1e-4, atol=1e-5)
+    assert np.abs(full_ref).sum() > 0
