@@ -16,8 +16,9 @@ GRPOTorchLearner in this process).
 The limit is a bare loop on a second copy of the same model: the same
 trajectories in micro-batches of the same size (formed by length, each
 trimmed to its longest row, so padding is minimal), forward with the LM head
-only on the positions that predict a response token (`logits_to_keep`, as
-the learner does: the loss reads nothing else), log-softmax of the next
+only on each row's positions that predict one of its response tokens
+(gathered from the decoder's hidden states, as the learner does: the loss
+reads nothing else), log-softmax of the next
 tokens (gather - logsumexp), a masked mean loss, backward, one AdamW step;
 on a GPU machine both sides run on the GPU. Tokens/s counts real
 (non-padding) tokens on both sides. Each mode times the GRPO update against
@@ -27,7 +28,7 @@ stretch; one thread by default on CPU):
 
 - `no_kl`: the update without the KL term, the same work as the bare step.
   Limits: `bare` (judged) and `bare_full_lm_head` (the LM head on every
-  position, as a plain causal-LM step computes it; what `logits_to_keep` saves).
+  position, as a plain causal-LM step computes it; what the gather saves).
 - `kl`: the default config, whose update also runs the frozen reference
   model's no-grad forward. Limits: `bare` (the issue's bare step, which omits
   that required work) and `bare_plus_ref` (judged: the bare step plus one
@@ -189,7 +190,7 @@ class BareStep:
         import torch
 
         from rllib_agentgym.core.precision import autocast
-        from rllib_agentgym.core.rl_module import MIN_SHARED_PREFIX, load_causal_lm, shared_prefix_length
+        from rllib_agentgym.core.rl_module import cached_prefix_length, load_causal_lm
 
         self.torch = torch
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -208,26 +209,25 @@ class BareStep:
             rows = order[start : start + args.micro_batch_size]
             width = int(mask[rows].sum(1).max())
             m_ids, m_mask, m_response = (t[rows, :width].to(self.device) for t in (ids, mask, response))
-            # Positions p whose logits predict a response token (token p + 1) of some row.
-            positions = m_response[:, 1:].bool().any(0).nonzero().squeeze(-1)
-            cached = max(0, shared_prefix_length(m_ids, m_mask, m_response) - 1)
-            self.micro.append((m_ids, m_mask, m_response, positions, cached if cached >= MIN_SHARED_PREFIX else 0))
+            # (row, p) of the logits that predict a response token (token p + 1) of that row.
+            positions = m_response[:, 1:].bool().nonzero(as_tuple=True)
+            self.micro.append((m_ids, m_mask, m_response, positions, cached_prefix_length(m_ids, m_mask, m_response)))
         self.count = float(response.sum())
 
     def _token_logprobs(self, model, ids, mask, positions, cached: int = 0):
-        """log p(token t+1 | ..t) at `positions` (None: at every position); the first `cached` tokens,
-        which every row shares, run once for the micro-batch (as the learner's `share_prompt_prefix`)."""
-        from rllib_agentgym.core.rl_module import _forward_after_shared_prefix
+        """log p(token p+1 | ..p) at `positions` (row, p) pairs (None: at every position of every row);
+        the first `cached` tokens, which every row shares, run once for the micro-batch (as the
+        learner's `share_prompt_prefix`)."""
+        from rllib_agentgym.core.rl_module import decoder_hidden_states
 
         with self.autocast():
             if positions is None:
                 logits, labels = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1], ids[:, 1:]
             else:
-                if cached:
-                    logits = _forward_after_shared_prefix(model, ids, mask, cached, positions).logits
-                else:
-                    logits = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=positions).logits
-                labels = ids[:, 1:].index_select(1, positions)
+                rows, cols = positions
+                hidden = decoder_hidden_states(model, ids, mask, cached)
+                logits = model.get_output_embeddings()(hidden[rows, cols - cached])
+                labels = ids[rows, cols + 1]
         logits = logits.float()
         return logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
 
@@ -239,7 +239,7 @@ class BareStep:
                     self._token_logprobs(self.reference, ids, mask, positions, cached if share_prefix else 0)
         for ids, mask, response, positions, cached in self.micro:
             keep = None if full_lm_head else positions
-            weights = response[:, 1:] if keep is None else response[:, 1:].index_select(1, keep)
+            weights = response[:, 1:] if keep is None else response[:, 1:][keep]
             logprobs = self._token_logprobs(self.model, ids, mask, keep, cached if share_prefix and keep is not None else 0)
             loss = -(logprobs * weights).sum() / self.count
             loss.backward()

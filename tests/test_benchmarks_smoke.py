@@ -134,14 +134,14 @@ def test_learner_bare_step_reads_logits_where_the_loss_does(embedded_model):
     assert sum(len(ids) for ids, *_ in bare.micro) == len(trajectories)
     with torch.no_grad():
         for ids, mask, response, positions, cached in bare.micro:
-            assert 0 < len(positions) < ids.shape[1] - 1  # fewer positions than the sequence
+            assert 0 < len(positions[0]) < (ids.shape[1] - 1) * ids.shape[0]  # fewer positions than the tokens
             full = (bare._token_logprobs(bare.model, ids, mask, None) * response[:, 1:]).sum()
-            kept = (bare._token_logprobs(bare.model, ids, mask, positions) * response[:, 1:].index_select(1, positions)).sum()
+            kept = (bare._token_logprobs(bare.model, ids, mask, positions) * response[:, 1:][positions]).sum()
             torch.testing.assert_close(kept, full, rtol=1e-5, atol=1e-4)
             if ids.shape[0] > 1:  # one task's group: its rows share the whole prompt, run once
                 assert cached > 0
                 shared = bare._token_logprobs(bare.model, ids, mask, positions, cached)
-                torch.testing.assert_close((shared * response[:, 1:].index_select(1, positions)).sum(), full,
+                torch.testing.assert_close((shared * response[:, 1:][positions]).sum(), full,
                                            rtol=1e-5, atol=1e-4)
     before = [p.detach().clone() for p in bare.model.parameters()]
     bare.step(reference=True)

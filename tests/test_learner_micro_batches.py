@@ -67,7 +67,7 @@ def test_sorted_micro_batches_leave_loss_and_gradients_unchanged(embedded_model,
 
 
 def test_logprobs_at_masked_positions_only_match_the_full_forward(embedded_model):
-    """The LM head on the trained tokens only: the same log-probs, entropies and gradients there, 0 elsewhere."""
+    """The LM head on each row's trained tokens only: the same log-probs, entropies and gradients there, 0 elsewhere."""
     from rllib_agentgym.core.rl_module import load_causal_lm, predicting_positions, token_logprobs_and_entropy
 
     llm = load_causal_lm(embedded_model)
@@ -78,7 +78,9 @@ def test_logprobs_at_masked_positions_only_match_the_full_forward(embedded_model
     tokens = torch.zeros_like(ids)
     tokens[0, 10:16] = 1
     tokens[1, 5:9] = 1
-    assert predicting_positions(tokens).tolist() == [4, 5, 6, 7, 9, 10, 11, 12, 13, 14]
+    rows, positions = predicting_positions(tokens)  # token t is predicted at t - 1, row by row
+    assert rows.tolist() == [0] * 6 + [1] * 4
+    assert positions.tolist() == [9, 10, 11, 12, 13, 14, 4, 5, 6, 7]
 
     def run(token_mask):
         llm.zero_grad()
@@ -133,3 +135,27 @@ def test_grpo_module_scores_at_the_sampling_temperature_and_sft_at_one():
     # AgentSFT's loss is the expert's tokens under the model itself, whatever the rollout setting.
     sft = AgentSFTConfig().llm(temperature=0.5)
     assert sft.get_default_rl_module_spec().model_config["temperature"] == 1.0
+
+
+def test_a_head_that_transforms_its_logits_runs_the_whole_lm(embedded_model, monkeypatch):
+    """A soft-capped or scaled LM head (Gemma 2's `final_logit_softcapping`, ...) is not the plain
+    linear map the decoder-then-head path applies: such an LM runs its own forward, and the selected
+    tokens' log-probs are read from its logits."""
+    from rllib_agentgym.core import rl_module
+
+    llm = rl_module.load_causal_lm(embedded_model)
+    torch.manual_seed(0)
+    ids = torch.randint(3, 1900, (2, 24))
+    attention = torch.ones_like(ids)
+    tokens = torch.zeros_like(ids)
+    tokens[0, 10:16] = 1
+    tokens[1, 5:9] = 1
+    plain = rl_module.token_logprobs_and_entropy(llm, ids, attention, True, token_mask=tokens)
+    calls = []
+    monkeypatch.setattr(rl_module, "decoder_hidden_states", lambda *a, **k: calls.append(a))
+    llm.config.final_logit_softcapping = 30.0  # Qwen2's forward ignores it: the logits stay comparable
+    whole = rl_module.token_logprobs_and_entropy(llm, ids, attention, True, token_mask=tokens)
+    assert calls == []
+    for key in ("logprobs", "entropy"):
+        torch.testing.assert_close(whole[key], plain[key], rtol=1e-5, atol=1e-5)
+        assert not whole[key][~tokens.bool()].any()

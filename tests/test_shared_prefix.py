@@ -54,9 +54,9 @@ def test_shared_prefix_forward_matches_the_full_forward(embedded_model, lora, mo
     from rllib_agentgym.core import rl_module
 
     cached = []
-    shared_forward = rl_module._forward_after_shared_prefix
-    monkeypatch.setattr(rl_module, "_forward_after_shared_prefix",
-                        lambda llm, ids, mask, k, positions: cached.append(k) or shared_forward(llm, ids, mask, k, positions))
+    forward = rl_module.decoder_hidden_states
+    monkeypatch.setattr(rl_module, "decoder_hidden_states",
+                        lambda llm, ids, mask, k=0: cached.append(k) or forward(llm, ids, mask, k))
     llm = load_causal_lm(embedded_model)
     if lora:
         from peft import get_peft_model
@@ -79,9 +79,9 @@ def test_shared_prefix_forward_matches_the_full_forward(embedded_model, lora, mo
         return out, {n: p.grad.clone() for n, p in llm.named_parameters() if p.grad is not None}
 
     full, full_grads = run(False)
-    assert cached == []
+    assert cached == [0]
     shared, shared_grads = run(True)
-    assert cached == [PREFIX - 1]  # the instruction but its last token ran once, for all three rows
+    assert cached == [0, PREFIX - 1]  # the instruction but its last token ran once, for all three rows
     for key in ("logprobs", "entropy"):
         torch.testing.assert_close(shared[key], full[key], rtol=1e-4, atol=1e-5)
     assert shared_grads.keys() == full_grads.keys() and full_grads
@@ -101,7 +101,9 @@ def test_short_or_checkpointed_prefixes_take_the_full_forward(embedded_model, mo
     from rllib_agentgym.core import rl_module
 
     calls = []
-    monkeypatch.setattr(rl_module, "_forward_after_shared_prefix", lambda *a, **k: calls.append(a))
+    forward = rl_module.decoder_hidden_states
+    monkeypatch.setattr(rl_module, "decoder_hidden_states",
+                        lambda llm, ids, mask, k=0: calls.append(k) or forward(llm, ids, mask, k))
     llm = load_causal_lm(embedded_model).train()
     ids, attention, tokens = _batch()
     short = tokens.clone()
@@ -109,7 +111,7 @@ def test_short_or_checkpointed_prefixes_take_the_full_forward(embedded_model, mo
     token_logprobs_and_entropy(llm, ids, attention, False, token_mask=short)
     llm.gradient_checkpointing_enable()
     token_logprobs_and_entropy(llm, ids, attention, False, token_mask=tokens)
-    assert calls == []
+    assert calls == [0, 0]
 
 
 def test_grpo_update_is_the_same_with_and_without_the_shared_prefix(embedded_model, monkeypatch):
@@ -124,9 +126,9 @@ def test_grpo_update_is_the_same_with_and_without_the_shared_prefix(embedded_mod
     from rllib_agentgym.core import rl_module
 
     calls = []
-    shared_forward = rl_module._forward_after_shared_prefix
-    monkeypatch.setattr(rl_module, "_forward_after_shared_prefix",
-                        lambda *args: calls.append(args[3]) or shared_forward(*args))
+    forward = rl_module.decoder_hidden_states
+    monkeypatch.setattr(rl_module, "decoder_hidden_states",
+                        lambda llm, ids, mask, k=0: calls.append(k) or forward(llm, ids, mask, k))
 
     def update(share: bool):
         config = (
@@ -156,7 +158,7 @@ def test_grpo_update_is_the_same_with_and_without_the_shared_prefix(embedded_mod
     # Three micro-batches of two rows, each run once with grad and once without (pi_ref).
     assert calls == [PREFIX - 1] * 6
     full_loss, full_grads, full_ref = update(False)
-    assert len(calls) == 6
+    assert calls[6:] == [0] * 6
     assert shared_loss == pytest.approx(full_loss, rel=1e-4, abs=1e-6)
     assert shared_grads.keys() == full_grads.keys() and full_grads
     for name, grad in full_grads.items():

@@ -54,26 +54,12 @@ def load_causal_lm(model: str, dtype: str = "float32"):
     return AutoModelForCausalLM.from_pretrained(resolve_model_path(model), dtype=torch_dtype)
 
 
-def _shift(x: torch.Tensor) -> torch.Tensor:
-    """Align per-position outputs with the token they predict: out[:, t] <- x[:, t-1], out[:, 0] = 0."""
-    return torch.cat([x.new_zeros(x.shape[0], 1), x], dim=1)
+def predicting_positions(token_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, positions) of the logits that predict a selected token: token t is predicted at t - 1.
 
-
-def predicting_positions(token_mask: torch.Tensor) -> torch.Tensor:
-    """Indices p of the positions whose logits predict a masked token: token t is predicted at p = t - 1.
-
-    `token_mask` [B, T] selects tokens (any row); returns the sorted p in 0..T-2, shared by the rows.
+    `token_mask` [B, T] selects tokens row by row; returns two [N] index tensors into [B, T - 1].
     """
-    return token_mask[:, 1:].bool().any(dim=0).nonzero().squeeze(-1)
-
-
-def _scatter_positions(values: torch.Tensor, positions: torch.Tensor | None, token_mask: torch.Tensor | None):
-    """[B, K] values at `positions` -> [B, T - 1], kept where each row's own mask selects the predicted
-    token and 0 elsewhere, so the result does not depend on which rows share a micro-batch."""
-    if positions is None:
-        return values
-    full = values.new_zeros(values.shape[0], token_mask.shape[1] - 1).index_copy(1, positions, values)
-    return full * token_mask[:, 1:].to(full.dtype)
+    return token_mask[:, 1:].bool().nonzero(as_tuple=True)
 
 
 # Below this many shared tokens a second model call costs more than the rows' repeats save.
@@ -95,25 +81,46 @@ def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     return min(common, int(trained[0]) if trained.numel() else common)
 
 
+def cached_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_mask: torch.Tensor) -> int:
+    """How many leading tokens to run once for the whole batch: P - 1 (`shared_prefix_length`),
+    or 0 where that is under MIN_SHARED_PREFIX."""
+    cached = shared_prefix_length(input_ids, attention_mask, token_mask) - 1
+    return cached if cached >= MIN_SHARED_PREFIX else 0
+
+
 def _checkpointing(llm) -> bool:
     # Checkpointed layers in training drop a KV cache (transformers' GradientCheckpointingLayer).
     return bool(getattr(llm, "is_gradient_checkpointing", False)) and llm.training
 
 
-def _forward_after_shared_prefix(llm, input_ids, attention_mask, cached: int, positions: torch.Tensor):
-    """The causal LM's output over tokens [cached, T) of every row, with tokens [0, cached), which all
-    rows share, run once: their KV cache (in the autograd graph, so the prefix's LoRA weights still
-    get their gradient through every row's attention) is repeated over the batch. The LM head runs at
-    `positions` (all >= cached), as `logits_to_keep` would in one full forward."""
+# Config keys of causal LMs whose head does more than a linear map (a soft-cap, a scale).
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def _plain_lm_head(llm) -> bool:
+    """Whether logits = lm_head(decoder's last hidden state), so the head can run on chosen positions."""
+    config = llm.config.get_text_config() if hasattr(llm.config, "get_text_config") else llm.config
+    return not any(getattr(config, key, None) not in (None, 1, 1.0) for key in _LOGIT_TRANSFORMS)
+
+
+def decoder_hidden_states(llm, input_ids, attention_mask, cached: int = 0) -> torch.Tensor:
+    """The decoder's last hidden states (before the LM head) over tokens [cached, T): [B, T - cached, H].
+
+    With `cached` > 0 tokens [0, cached), which all rows share, run once: their KV cache (in the
+    autograd graph, so the prefix's LoRA weights still get their gradient through every row's
+    attention) is repeated over the batch before the rows' own tokens run.
+    """
+    decoder = llm.get_decoder()
+    if not cached:
+        return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    llm(input_ids=input_ids[:1, :cached], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    decoder(input_ids=input_ids[:1, :cached], past_key_values=cache, use_cache=True)
     cache.batch_repeat_interleave(input_ids.shape[0])
-    return llm(
-        input_ids=input_ids[:, cached:], attention_mask=attention_mask, past_key_values=cache, use_cache=True,
-        logits_to_keep=positions - cached,
-    )
+    return decoder(
+        input_ids=input_ids[:, cached:], attention_mask=attention_mask, past_key_values=cache, use_cache=True
+    ).last_hidden_state
 
 
 def token_logprobs_and_entropy(
@@ -129,43 +136,56 @@ def token_logprobs_and_entropy(
     policy that acted.
 
     With `token_mask` [B, T], log-probs and entropies are computed only for the
-    tokens it selects and are 0 elsewhere: the LM head runs only on the
-    positions that predict a selected token of some row (`logits_to_keep`).
-    With `share_prefix` too, the tokens every row starts with and no row trains
-    on (the env's instruction, or the whole prompt of rows from one GRPO group) run
-    through the model once for the batch rather than once a row
-    (`shared_prefix_length`); the log-probs and gradients are the same.
+    tokens it selects and are 0 elsewhere: the LM head and the vocabulary
+    softmax run on each row's selected positions alone, gathered from the
+    decoder's hidden states. With `share_prefix` too, the tokens every row
+    starts with and no row trains on (the env's instruction, or the whole
+    prompt of rows from one GRPO group) run through the model once for the
+    batch rather than once a row (`cached_prefix_length`); the log-probs and
+    gradients are the same.
     """
     if token_mask is not None:
         token_mask = token_mask.bool()  # a selection: a weighted loss mask must not scale the log-probs
-    positions = predicting_positions(token_mask) if token_mask is not None else None
-    if positions is not None and positions.numel() == 0:
-        positions = None  # nothing selected: keep the full graph, so a loss over no tokens still backpropagates
+        if not token_mask[:, 1:].any():
+            token_mask = None  # nothing selected: every position, so a loss over no tokens still backpropagates
+    batch, length = input_ids.shape
+    plain_head = _plain_lm_head(llm)
     cached = 0
-    if positions is not None and share_prefix and value_head is None:
-        cached = max(0, shared_prefix_length(input_ids, attention_mask, token_mask) - 1)
-    if cached >= MIN_SHARED_PREFIX and not _checkpointing(llm):
-        out_llm = _forward_after_shared_prefix(llm, input_ids, attention_mask, cached, positions)
+    if plain_head and value_head is None and token_mask is not None and share_prefix and not _checkpointing(llm):
+        cached = cached_prefix_length(input_ids, attention_mask, token_mask)
+    if plain_head:
+        states = hidden = decoder_hidden_states(llm, input_ids, attention_mask, cached)
+        lm_head = llm.get_output_embeddings()
+    else:  # a soft-capped or scaled head: the LM's own forward, with logits at every position
+        out_llm = llm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                      output_hidden_states=value_head is not None)
+        hidden, lm_head = out_llm.logits, torch.nn.Identity()
+        states = out_llm.hidden_states[-1] if value_head is not None else None
+    if token_mask is None:
+        logits, labels = lm_head(hidden[:, :-1]).float(), input_ids[:, 1:]
     else:
-        keep = {"logits_to_keep": positions} if positions is not None else {}
-        out_llm = llm(
-            input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-            output_hidden_states=value_head is not None, **keep,
-        )
-    if positions is None:
-        logits, labels = out_llm.logits[:, :-1].float(), input_ids[:, 1:]
-    else:
-        logits, labels = out_llm.logits.float(), input_ids[:, 1:].index_select(1, positions)
+        rows, positions = predicting_positions(token_mask)
+        logits, labels = lm_head(hidden[rows, positions - cached]).float(), input_ids[rows, positions + 1]
     if temperature != 1.0:
         logits = logits / temperature
-    out = {"logprobs": _shift(_scatter_positions(logprobs_from_logits(logits, labels), positions, token_mask))}
+
+    def aligned(values: torch.Tensor) -> torch.Tensor:
+        # [B, T - 1] -> [B, T]: each value sits at the token it is about (position 0 has none).
+        return torch.cat([values.new_zeros(batch, 1), values], dim=1)
+
+    def per_token(values: torch.Tensor) -> torch.Tensor:
+        # The selected tokens' [N] values, or every position's, -> [B, T] (0 where not selected).
+        if token_mask is not None:
+            values = values.new_zeros(batch, length - 1).index_put((rows, positions), values)
+        return aligned(values)
+
+    out = {"logprobs": per_token(logprobs_from_logits(logits, labels))}
     if compute_entropy:
         # A diagnostic unless an entropy bonus is trained (then it keeps its graph).
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            out["entropy"] = _shift(_scatter_positions(entropy_from_logits(logits), positions, token_mask))
+            out["entropy"] = per_token(entropy_from_logits(logits))
     if value_head is not None:
-        hidden = out_llm.hidden_states[-1][:, :-1]
-        out["values"] = _shift(value_head(hidden.to(value_head.weight.dtype)).squeeze(-1).float())
+        out["values"] = aligned(value_head(states[:, :-1].to(value_head.weight.dtype)).squeeze(-1).float())
     return out
 
 
