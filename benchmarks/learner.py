@@ -190,7 +190,7 @@ class BareStep:
         import torch
 
         from rllib_agentgym.core.precision import autocast
-        from rllib_agentgym.core.rl_module import cached_prefix_length, load_causal_lm
+        from rllib_agentgym.core.rl_module import cached_prefix_length, load_causal_lm, predicting_positions
 
         self.torch = torch
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -210,8 +210,8 @@ class BareStep:
             width = int(mask[rows].sum(1).max())
             m_ids, m_mask, m_response = (t[rows, :width].to(self.device) for t in (ids, mask, response))
             # (row, p) of the logits that predict a response token (token p + 1) of that row.
-            positions = m_response[:, 1:].bool().nonzero(as_tuple=True)
-            self.micro.append((m_ids, m_mask, m_response, positions, cached_prefix_length(m_ids, m_mask, m_response)))
+            self.micro.append((m_ids, m_mask, m_response, predicting_positions(m_response),
+                               cached_prefix_length(m_ids, m_mask, m_response)))
         self.count = float(response.sum())
 
     def _token_logprobs(self, model, ids, mask, positions, cached: int = 0):

@@ -33,6 +33,17 @@ def _batch():
     return ids, attention, tokens
 
 
+def _record_cached_lengths(monkeypatch) -> list[int]:
+    """Spy on the decoder's forward: the list gets each call's `cached` (0: the full forward)."""
+    from rllib_agentgym.core import rl_module
+
+    cached = []
+    forward = rl_module.decoder_hidden_states
+    monkeypatch.setattr(rl_module, "decoder_hidden_states",
+                        lambda llm, ids, mask, k=0: cached.append(k) or forward(llm, ids, mask, k))
+    return cached
+
+
 def test_shared_prefix_length_stops_at_the_first_difference_padding_or_trained_token():
     ids, attention, tokens = _batch()
     assert shared_prefix_length(ids, attention, tokens) == PREFIX  # rows differ after the instruction
@@ -51,12 +62,7 @@ def test_shared_prefix_length_stops_at_the_first_difference_padding_or_trained_t
 
 @pytest.mark.parametrize("lora", [False, True])
 def test_shared_prefix_forward_matches_the_full_forward(embedded_model, lora, monkeypatch):
-    from rllib_agentgym.core import rl_module
-
-    cached = []
-    forward = rl_module.decoder_hidden_states
-    monkeypatch.setattr(rl_module, "decoder_hidden_states",
-                        lambda llm, ids, mask, k=0: cached.append(k) or forward(llm, ids, mask, k))
+    cached = _record_cached_lengths(monkeypatch)
     llm = load_causal_lm(embedded_model)
     if lora:
         from peft import get_peft_model
@@ -98,12 +104,7 @@ def test_shared_prefix_forward_matches_the_full_forward(embedded_model, lora, mo
 
 def test_short_or_checkpointed_prefixes_take_the_full_forward(embedded_model, monkeypatch):
     """Below MIN_SHARED_PREFIX, or with gradient checkpointing (its layers drop a KV cache), one full forward."""
-    from rllib_agentgym.core import rl_module
-
-    calls = []
-    forward = rl_module.decoder_hidden_states
-    monkeypatch.setattr(rl_module, "decoder_hidden_states",
-                        lambda llm, ids, mask, k=0: calls.append(k) or forward(llm, ids, mask, k))
+    calls = _record_cached_lengths(monkeypatch)
     llm = load_causal_lm(embedded_model).train()
     ids, attention, tokens = _batch()
     short = tokens.clone()
@@ -123,12 +124,7 @@ def test_grpo_update_is_the_same_with_and_without_the_shared_prefix(embedded_mod
     from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
     from rllib_agentgym.envs.gym_env import text_space
 
-    from rllib_agentgym.core import rl_module
-
-    calls = []
-    forward = rl_module.decoder_hidden_states
-    monkeypatch.setattr(rl_module, "decoder_hidden_states",
-                        lambda llm, ids, mask, k=0: calls.append(k) or forward(llm, ids, mask, k))
+    calls = _record_cached_lengths(monkeypatch)
 
     def update(share: bool):
         config = (

@@ -149,23 +149,23 @@ def token_logprobs_and_entropy(
         if not token_mask[:, 1:].any():
             token_mask = None  # nothing selected: every position, so a loss over no tokens still backpropagates
     batch, length = input_ids.shape
-    plain_head = _plain_lm_head(llm)
     cached = 0
-    if plain_head and value_head is None and token_mask is not None and share_prefix and not _checkpointing(llm):
-        cached = cached_prefix_length(input_ids, attention_mask, token_mask)
-    if plain_head:
-        states = hidden = decoder_hidden_states(llm, input_ids, attention_mask, cached)
+    if _plain_lm_head(llm):
+        # The value head needs every position's state, so it keeps the full forward.
+        if value_head is None and token_mask is not None and share_prefix and not _checkpointing(llm):
+            cached = cached_prefix_length(input_ids, attention_mask, token_mask)
+        states = head_inputs = decoder_hidden_states(llm, input_ids, attention_mask, cached)
         lm_head = llm.get_output_embeddings()
     else:  # a soft-capped or scaled head: the LM's own forward, with logits at every position
         out_llm = llm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
                       output_hidden_states=value_head is not None)
-        hidden, lm_head = out_llm.logits, torch.nn.Identity()
+        head_inputs, lm_head = out_llm.logits, torch.nn.Identity()
         states = out_llm.hidden_states[-1] if value_head is not None else None
     if token_mask is None:
-        logits, labels = lm_head(hidden[:, :-1]).float(), input_ids[:, 1:]
+        logits, labels = lm_head(head_inputs[:, :-1]).float(), input_ids[:, 1:]
     else:
         rows, positions = predicting_positions(token_mask)
-        logits, labels = lm_head(hidden[rows, positions - cached]).float(), input_ids[rows, positions + 1]
+        logits, labels = lm_head(head_inputs[rows, positions - cached]).float(), input_ids[rows, positions + 1]
     if temperature != 1.0:
         logits = logits / temperature
 
