@@ -141,8 +141,8 @@ def test_multi_turn_update_moves_each_trajectory_with_its_advantage():
 # Xeon without bf16 units (float32: 70 -> 76 of 128); at 2e-4 it gains +0.19 there (70 -> 94,
 # 6 of 8 tasks up, 6 minutes). On the EPYC (bf16) on 2026-11-28 it fails at both lrs: the same
 # pool goes 59 -> 51 of 128 at 2e-4 (with pi_old from the engine as well) and 59 -> 64 at 1e-4
-# (docs/learning.md, section 5), so
-# this check is not yet robust on that CPU. TextCraft: the example as it is at
+# (docs/learning.md, section 5), so this check is not yet robust on that CPU.
+# TextCraft: the example as it is at
 # lr 1e-4 and 6 turns (enough for depth 1); its depth-1 tasks are mixed for the warm start
 # about 1 time in 8, so all 132 are probed.
 # Deep Search is not here since its agent became the SmolLM2 adapter: at this budget (pool of 8
