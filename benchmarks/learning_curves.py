@@ -44,9 +44,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/learning_curves.py`
 
+from ray.rllib.utils.metrics import LEARNER_UPDATE_TIMER, SYNCH_WORKER_WEIGHTS_TIMER  # noqa: E402
+
 from benchmarks.common import cpu_seconds, emit, limit_cpu_threads, meta, quiet_logs, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+# Seconds of an iteration GRPO logs under RLlib's `timers`; with rollout_s they make up most of time_s.
+ITERATION_TIMERS = {"learner_s": LEARNER_UPDATE_TIMER, "sync_s": SYNCH_WORKER_WEIGHTS_TIMER}
 
 
 def experiment_config(config_file: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -196,7 +200,9 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
                           "repeated_refusal_rate": float(runners.get("repeated_refusal_rate", float("nan"))),
                           **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss") if k in learner},
                           "time_s": float(result["time_this_iter_s"]),
-                          "rollout_s": float(runners.get("rollout_wall_s", float("nan")))})
+                          "rollout_s": float(runners.get("rollout_wall_s", float("nan"))),
+                          **{name: float(result["timers"][timer]) for name, timer in ITERATION_TIMERS.items()
+                             if timer in result.get("timers", {})}})
             log(f"    iteration {i}: " + ", ".join(f"{k} {v:.3g}" for k, v in train[-1].items() if k != "iteration"))
             if i % eval_every == 0 or i == iterations:
                 curve.append({"iteration": i, **evaluate(algo)})

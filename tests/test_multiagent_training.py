@@ -224,6 +224,7 @@ def test_shared_policy_trains(ray_local):
     cfg.log_trajectories = 0
     changed, result = _train_once(cfg, "shared")
     assert changed and "shared" in result["learners"]
+    assert result["timers"]["learner_update_timer"] > 0 and result["timers"]["synch_weights"] > 0
     stats = result["env_runners"]["policies"]["shared"]
     assert stats["num_agent_episodes"] == 8  # 2 tasks x 2 samples x 2 agents
     assert stats["win_rate"] + stats["draw_rate"] + stats["loss_rate"] + stats["unfinished_rate"] == pytest.approx(1.0)

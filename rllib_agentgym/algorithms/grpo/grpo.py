@@ -25,7 +25,10 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
 )
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
@@ -436,25 +439,33 @@ class GRPO(Algorithm):
         self._log_rollout_metrics(rollouts, [t for r in rollouts for t in r.trajectories], time.perf_counter() - t_start)
         if trajectories:
             batch = self._build_batch(trajectories)
-            learner_results = self.learner_group.update(
-                batch=batch,
-                minibatch_size=cfg.minibatch_size,
-                num_epochs=cfg.num_epochs,
-                shuffle_batch_per_epoch=cfg.num_epochs > 1,
-                timesteps={
-                    NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
-                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
-                    ),
-                    CRITIC_ONLY: self.iteration < cfg.critic_warmup,
-                },
-            )
+            with self._timer(LEARNER_UPDATE_TIMER):
+                learner_results = self.learner_group.update(
+                    batch=batch,
+                    minibatch_size=cfg.minibatch_size,
+                    num_epochs=cfg.num_epochs,
+                    shuffle_batch_per_epoch=cfg.num_epochs > 1,
+                    timesteps={
+                        NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                            (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
+                        ),
+                        CRITIC_ONLY: self.iteration < cfg.critic_warmup,
+                    },
+                )
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
-            self.env_runner_group.sync_weights(
-                from_worker_or_learner_group=self.learner_group,
-                inference_only=True,
-                timeout_seconds=600.0,
-            )
+            with self._timer(SYNCH_WORKER_WEIGHTS_TIMER):
+                self.env_runner_group.sync_weights(
+                    from_worker_or_learner_group=self.learner_group,
+                    inference_only=True,
+                    timeout_seconds=600.0,
+                )
         self._write_trajectories(rollouts)
+
+    def _timer(self, name: str):
+        """RLlib's `timers/<name>` for this iteration's seconds (window 1, not RLlib's EMA: an
+        LLM iteration's parts vary with its episodes' lengths, and its sampling time is
+        `env_runners/rollout_wall_s`)."""
+        return self.metrics.log_time((TIMERS, name), reduce="mean", window=1)
 
     def _informative(self, trajectories: list[Trajectory]) -> list[Trajectory]:
         """DAPO: only groups whose rewards differ carry a learning signal."""
