@@ -438,28 +438,35 @@ class GRPO(Algorithm):
         # Every episode played counts (episodes, env steps, success), refills included.
         self._log_rollout_metrics(rollouts, [t for r in rollouts for t in r.trajectories], time.perf_counter() - t_start)
         if trajectories:
-            batch = self._build_batch(trajectories)
-            with self._timer(LEARNER_UPDATE_TIMER):
-                learner_results = self.learner_group.update(
-                    batch=batch,
-                    minibatch_size=cfg.minibatch_size,
-                    num_epochs=cfg.num_epochs,
-                    shuffle_batch_per_epoch=cfg.num_epochs > 1,
-                    timesteps={
-                        NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
-                            (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
-                        ),
-                        CRITIC_ONLY: self.iteration < cfg.critic_warmup,
-                    },
-                )
-            self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
-            with self._timer(SYNCH_WORKER_WEIGHTS_TIMER):
-                self.env_runner_group.sync_weights(
-                    from_worker_or_learner_group=self.learner_group,
-                    inference_only=True,
-                    timeout_seconds=600.0,
-                )
+            self._update_and_sync(self._build_batch(trajectories), timesteps={
+                CRITIC_ONLY: self.iteration < cfg.critic_warmup})
         self._write_trajectories(rollouts)
+
+    def _update_and_sync(self, batch: MultiAgentBatch, policies: list[str] | None = None,
+                         timesteps: dict | None = None) -> None:
+        """One learner-group update on `batch`, then its new weights (of `policies`, or all) to the engines."""
+        cfg = self.config
+        with self._timer(LEARNER_UPDATE_TIMER):
+            learner_results = self.learner_group.update(
+                batch=batch,
+                minibatch_size=cfg.minibatch_size,
+                num_epochs=cfg.num_epochs,
+                shuffle_batch_per_epoch=cfg.num_epochs > 1,
+                timesteps={
+                    NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
+                    ),
+                    **(timesteps or {}),
+                },
+            )
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        with self._timer(SYNCH_WORKER_WEIGHTS_TIMER):
+            self.env_runner_group.sync_weights(
+                policies=policies,
+                from_worker_or_learner_group=self.learner_group,
+                inference_only=True,
+                timeout_seconds=600.0,
+            )
 
     def _timer(self, name: str):
         """RLlib's `timers/<name>` for this iteration's seconds (window 1, not RLlib's EMA: an

@@ -43,13 +43,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.policy.policy import PolicySpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch
-from ray.rllib.utils.metrics import (
-    ENV_RUNNER_RESULTS,
-    LEARNER_RESULTS,
-    LEARNER_UPDATE_TIMER,
-    NUM_ENV_STEPS_SAMPLED_LIFETIME,
-    SYNCH_WORKER_WEIGHTS_TIMER,
-)
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS
 
 from rllib_agentgym.algorithms.grpo.grpo import WARM_START_KEYS, GRPO, GRPOConfig
 from rllib_agentgym.callbacks.scaling_inter import apply_schedule
@@ -175,7 +169,6 @@ class MultiAgentGRPO(GRPO):
         return MultiAgentGRPOConfig()
 
     def training_step(self) -> None:
-        cfg = self.config
         apply_schedule(self)  # as GRPO.training_step: h(t) on every runner, restored ones too
         t_start = time.perf_counter()
         rollouts = self._sample()
@@ -184,27 +177,8 @@ class MultiAgentGRPO(GRPO):
         self._log_policy_metrics(rollouts)
         batch = self._trainable(self._build_multi_agent_batch(trajectories))
         if batch.policy_batches:
-            with self._timer(LEARNER_UPDATE_TIMER):
-                learner_results = self.learner_group.update(
-                    batch=batch,
-                    minibatch_size=cfg.minibatch_size,
-                    num_epochs=cfg.num_epochs,
-                    shuffle_batch_per_epoch=cfg.num_epochs > 1,
-                    timesteps={
-                        NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
-                            (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
-                        )
-                    },
-                )
-            self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
             # Only the updated modules changed: only they go back to the engines.
-            with self._timer(SYNCH_WORKER_WEIGHTS_TIMER):
-                self.env_runner_group.sync_weights(
-                    policies=sorted(batch.policy_batches),
-                    from_worker_or_learner_group=self.learner_group,
-                    inference_only=True,
-                    timeout_seconds=600.0,
-                )
+            self._update_and_sync(batch, policies=sorted(batch.policy_batches))
         self._write_trajectories(rollouts)
 
     # ---- the batch: one padded SampleBatch per LLM module ------------------------------
