@@ -438,8 +438,8 @@ class GRPO(Algorithm):
         # Every episode played counts (episodes, env steps, success), refills included.
         self._log_rollout_metrics(rollouts, [t for r in rollouts for t in r.trajectories], time.perf_counter() - t_start)
         if trajectories:
-            self._update_and_sync(self._build_batch(trajectories), timesteps={
-                CRITIC_ONLY: self.iteration < cfg.critic_warmup})
+            batch = self._build_batch(trajectories)
+            self._update_and_sync(batch, timesteps={CRITIC_ONLY: self.iteration < cfg.critic_warmup})
         self._write_trajectories(rollouts)
 
     def _update_and_sync(self, batch: MultiAgentBatch, policies: list[str] | None = None,
