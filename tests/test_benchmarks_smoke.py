@@ -502,3 +502,23 @@ def test_lowrank_delta_scores_the_sign_delta_against_the_full_fine_tune(tmp_path
     assert sign["argmax_agreement"] == 1.0
     (factorized,) = result["factorized"]
     assert factorized["kl_from_tuned"] > 100 * max(sign["kl_from_tuned"], 1e-6)
+
+
+def test_learning_curves_records_each_iterations_rollout_learner_and_sync_seconds(ray_local):
+    """run_curve's per-iteration record splits time_s into its parts, from the result's timers."""
+    from benchmarks.learning_curves import run_curve
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+    config = (
+        GRPOConfig()
+        .environment("agentgym/bandit")
+        .llm(group_size=4, tasks_per_iteration=2, max_turns=1, max_new_tokens=1, inference_engine="hf")
+        .training(lr=1e-3, micro_batch_size=8)
+        .debugging(seed=0)
+    )
+    config.evaluation_num_tasks = 2
+    run = run_curve(config.to_dict(), iterations=2, eval_every=2, log=lambda *_: None)
+    assert [point["iteration"] for point in run["eval"]] == [0, 2]
+    for row in run["train"]:
+        assert row["learner_s"] > 0 and row["sync_s"] > 0 and row["rollout_s"] > 0
+        assert row["rollout_s"] + row["learner_s"] + row["sync_s"] <= row["time_s"]
