@@ -302,16 +302,22 @@ def test_ray_metrics_reach_the_prometheus_export(trained):
     port = ray._private.worker.global_worker.node.metrics_export_port
     wanted = {f"ray_{PREFIX}{n}" for n in ("rollout_tokens_per_s", "env_step_latency_ms_count", "horizon",
                                            "success_rate", "eval_success_rate", "generated_tokens_total")}
-    found: set = set()
-    deadline = time.monotonic() + 60  # the agent exports every ~10 s
-    while time.monotonic() < deadline and found != wanted:
+
+    def exported() -> tuple[set, list[str]]:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-        found = {line.split("{")[0] for line in text.splitlines() if line.startswith(f"ray_{PREFIX}")} & wanted
+        names = {line.split("{")[0] for line in text.splitlines() if line.startswith(f"ray_{PREFIX}")}
+        # This run's series: the shared test cluster may also hold other runs' (other envs), which
+        # can export every name before this run's series arrive, so wait for this run's too.
+        horizon = [line for line in text.splitlines()
+                   if line.startswith(f"ray_{PREFIX}horizon{{") and 'env="textcraft"' in line]
+        return names & wanted, horizon
+
+    found, horizon = exported()
+    deadline = time.monotonic() + 60  # the agent exports every ~10 s
+    while time.monotonic() < deadline and (found != wanted or not horizon):
         time.sleep(2)
+        found, horizon = exported()
     assert found == wanted
-    # This run's series: the shared test cluster may also hold other runs' horizons (other envs).
-    horizon = [line for line in text.splitlines()
-               if line.startswith(f"ray_{PREFIX}horizon{{") and 'env="textcraft"' in line]
     assert len(horizon) == 1 and horizon[0].endswith(" 1.0")
 
 
