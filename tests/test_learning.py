@@ -247,4 +247,3 @@ def test_gigpo_algorithm_logs_its_step_groups(ray_local):
         algo.stop()
     assert result["env_runners"]["step_anchor_shared_fraction"] == 1.0
     assert result["learners"]["default_policy"]["policy_loss"] != 0.0
-
