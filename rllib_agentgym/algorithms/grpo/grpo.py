@@ -130,6 +130,12 @@ class GRPOConfig(AlgorithmConfig):
         # in `evaluation_config: {env_config: {split}}` (default "test"); None: the whole split.
         self.evaluation_num_tasks = None
         self.kl_in_reward_coef = 0.0  # REINFORCE++ / PPO: -coef * KL_t in the token rewards
+        # Expert data in every optimizer step (InstructGPT's PPO-ptx): L = L_RL + sft_coef * NLL of
+        # `sft_batch_size` expert conversations (algorithms/sft/examples.py names the data options).
+        self.sft_coef = 0.0
+        self.sft_data = None  # a JSONL path or a list of them
+        self.sft_expert = None  # {num, split, max_steps, expert_options, augmented_copies}: the env's expert plays
+        self.sft_batch_size = 8  # expert conversations per optimizer step
         self.gamma = 1.0
         self.lambda_ = 1.0
         # PPO's critic (a value head on the LLM; used when advantage_estimator == "gae").
@@ -182,6 +188,10 @@ class GRPOConfig(AlgorithmConfig):
         dynamic_sampling_max_rounds: Optional[int] = NotProvided,
         overlong_filter: Optional[bool] = NotProvided,
         kl_in_reward_coef: Optional[float] = NotProvided,
+        sft_coef: Optional[float] = NotProvided,
+        sft_data=NotProvided,
+        sft_expert: Optional[dict] = NotProvided,
+        sft_batch_size: Optional[int] = NotProvided,
         vf_lr: Optional[float] = NotProvided,
         vf_loss_coeff: Optional[float] = NotProvided,
         vf_clip_param: Optional[float] = NotProvided,
@@ -205,7 +215,8 @@ class GRPOConfig(AlgorithmConfig):
             group_size=group_size,
             tasks_per_iteration=tasks_per_iteration, dynamic_sampling=dynamic_sampling,
             dynamic_sampling_max_rounds=dynamic_sampling_max_rounds, overlong_filter=overlong_filter,
-            kl_in_reward_coef=kl_in_reward_coef, vf_lr=vf_lr, vf_loss_coeff=vf_loss_coeff,
+            kl_in_reward_coef=kl_in_reward_coef, sft_coef=sft_coef, sft_data=sft_data, sft_expert=sft_expert,
+            sft_batch_size=sft_batch_size, vf_lr=vf_lr, vf_loss_coeff=vf_loss_coeff,
             vf_clip_param=vf_clip_param, critic_warmup=critic_warmup, lora=lora, weight_decay=weight_decay,
         ).items():
             if value is not NotProvided:
@@ -311,6 +322,19 @@ class GRPOConfig(AlgorithmConfig):
                 "engine reports log-probs of the raw logits, not of the distribution it sampled from; use 'learner'")
         if self.group_size < 1 or self.tasks_per_iteration < 1:
             self._value_error("group_size and tasks_per_iteration must be >= 1")
+        if not self.sft_coef >= 0:
+            self._value_error(f"sft_coef must be >= 0, got {self.sft_coef!r}")
+        if self.sft_coef and not (self.sft_data or self.sft_expert):
+            self._value_error("sft_coef > 0 needs expert data: `sft_data` (JSONL paths) or `sft_expert` ({num, split})")
+        if self.sft_coef and self.is_multi_agent:
+            self._value_error("sft_coef: expert data for one policy; a multi-agent run has several")
+        if self.sft_coef and self.num_learners > 1:
+            # The term's backward runs outside the DDP wrapper's forward, which would not all-reduce it.
+            self._value_error("sft_coef runs on one learner (num_learners 0 or 1)")
+        if self.sft_expert and not self.env:
+            self._value_error("`sft_expert` needs `env` (whose expert plays the tasks)")
+        if not (isinstance(self.sft_batch_size, int) and self.sft_batch_size >= 1):
+            self._value_error(f"sft_batch_size must be an integer >= 1, got {self.sft_batch_size!r}")
         if self.critic_warmup < 0:
             self._value_error(f"critic_warmup must be >= 0, got {self.critic_warmup!r}")
         if self.critic_warmup and self.advantage_estimator != "gae":

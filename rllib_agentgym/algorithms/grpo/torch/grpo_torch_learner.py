@@ -16,7 +16,9 @@ Per `update()` call (one training batch):
     minibatch is cut into micro-batches of `micro_batch_size` trajectories
     whose gradients accumulate, normalized by the whole minibatch's token and
     sequence counts (summed over all learners under DDP) so that the sum is
-    the full-batch loss; then gradient clipping and one optimizer step.
+    the full-batch loss; with `sft_coef`, the gradient of sft_coef times the
+    NLL of a batch of expert conversations joins it (PPO-ptx); then gradient
+    clipping and one optimizer step.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ ENTROPY = "entropy"
 VALUE_OPTIMIZER = "value"
 CRITIC_ONLY = "critic_only"  # a `timesteps` key of update(): this batch trains the critic alone (critic_warmup)
 TOKEN_LEVEL_ESTIMATORS = ("reinforce_plus_plus", "gae")
-SUMMED_STATS = {POLICY_LOSS, VF_LOSS, KL, ENTROPY, "sft_loss", "sft_observation_loss"}  # aggregated with the minibatch's counts
+SFT_LOSS = "sft_loss"  # the expert NLL: AgentSFT's loss, and GRPO's `sft_coef` term
+SUMMED_STATS = {POLICY_LOSS, VF_LOSS, KL, ENTROPY, SFT_LOSS, "sft_observation_loss"}  # aggregated with the minibatch's counts
 
 
 def micro_batches_by_length(lengths, micro: int) -> list[np.ndarray]:
@@ -92,6 +95,13 @@ class GRPOTorchLearner(TorchLearner):
         super().build()
         self._ref_models = {}
         self._critic_only = False  # set per update from `timesteps` (critic_warmup)
+        self._expert_stream = None
+        if self.config.sft_coef:
+            from rllib_agentgym.algorithms.sft.examples import ExampleStream, load_conversations, tokenize_examples
+
+            cfg = self.config
+            examples, self._expert_pad_id = tokenize_examples(cfg.model_path, load_conversations(cfg), cfg.max_model_len)
+            self._expert_stream = ExampleStream(examples, seed=cfg.seed or 0)
         if self._wants_reference():
             for module_id in self.module.keys():
                 if not self._rl_module(module_id).uses_lora:
@@ -295,6 +305,8 @@ class GRPOTorchLearner(TorchLearner):
             optim.zero_grad(set_to_none=True)
         losses = {}
         for module_id, module_batch in batch.items():
+            if self._expert_stream is not None and not self._critic_only:
+                self._accumulate_expert_gradients(module_id)
             losses[module_id] = self._accumulate_gradients(module_id, module_batch)
         if self._critic_only:
             # The value loss reaches the shared trunk through its hidden states; keep the policy still.
@@ -339,6 +351,34 @@ class GRPOTorchLearner(TorchLearner):
         for name, value in stats_sums.items():
             self.metrics.log_value((module_id, name), value, window=1)
         return torch.tensor(total_loss)
+
+    def _accumulate_expert_gradients(self, module_id) -> None:
+        """Backward of sft_coef * NLL, the token-mean negative log-likelihood of the next
+        `sft_batch_size` expert conversations' responses (PPO-ptx's term):
+
+            NLL = - sum_{i,t} m_{i,t} log pi(x_{i,t} | x_{i,<t}) / sum_{i,t} m_{i,t}
+
+        at temperature 1, the model's own distribution (the RL term scores tokens at the
+        sampling temperature). Its gradients add to the RL minibatch's before the one step."""
+        from rllib_agentgym.algorithms.sft.examples import pad_examples
+
+        cfg = self.config
+        arrays = pad_examples(self._expert_stream.next(cfg.sft_batch_size), self._expert_pad_id)
+        batch = {k: torch.as_tensor(arrays[k], device=self._device) for k in ("input_ids", "attention_mask", "response_mask")}
+        counts = global_loss_counts(batch["response_mask"])
+        module = self._rl_module(module_id)
+        nll_sum = 0.0
+        for rows in micro_batches_by_length(arrays["attention_mask"].sum(axis=1), cfg.micro_batch_size):
+            index = torch.as_tensor(rows, device=self._device)
+            micro = trim_to_longest({k: v[index] for k, v in batch.items()})
+            with autocast(self._device.type, module._autocast):
+                out = token_logprobs_and_entropy(module.llm, micro["input_ids"], micro["attention_mask"], False,
+                                                 token_mask=micro["response_mask"], temperature=1.0,
+                                                 share_prefix=module.share_prefix)
+            nll = aggregate_loss(-out["logprobs"], micro["response_mask"], "token-mean", **counts)
+            (cfg.sft_coef * nll).backward()
+            nll_sum += float(nll.detach())
+        self.metrics.log_value((module_id, SFT_LOSS), nll_sum, window=1)
 
     def compute_loss_for_module(self, *, module_id, config, batch: Dict[str, Any], fwd_out: Dict[str, Any]):
         """L = clipped surrogate + kl_coef * KL(pi || pi_ref) - entropy_coeff * H [+ vf_loss_coeff * L_V],
