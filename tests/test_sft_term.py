@@ -1,6 +1,7 @@
 """GRPO's `sft_coef` term (PPO-ptx): each optimizer step's gradient is the RL minibatch's plus
 sft_coef times that of the expert conversations' token-mean NLL at temperature 1, here checked
-against the NLL written out with plain transformers; and its settings fail clearly."""
+against the NLL written out with plain transformers; a restored learner goes on with the expert
+batches where the checkpointed one left off; and its settings fail clearly."""
 
 from __future__ import annotations
 
@@ -100,3 +101,28 @@ def test_sft_term_settings_fail_clearly(embedded_model):
     # The data options are YAML keys too (a tuned example's `config:` block).
     cfg = GRPOConfig().update_from_dict({"env": "agentgym/textcraft", "sft_coef": 0.2, "sft_expert": EXPERT})
     assert (cfg.sft_coef, cfg.sft_expert, cfg.sft_batch_size) == (0.2, EXPERT, 8)
+
+
+def test_a_restored_learner_draws_the_expert_batches_the_run_would_have(ray_local, embedded_model, tmp_path):
+    """Checkpoint after one update, restore into a new learner group: its next expert batch (seen
+    through its NLL at lr 0) is the one the original draws next, not a fresh stream's first."""
+    config = _config(embedded_model, sft_coef=1.0, sft_expert=EXPERT, sft_batch_size=2)
+    spec = config.get_default_rl_module_spec()
+    spec.observation_space, spec.action_space = text_space(), text_space()
+
+    def next_nll(group) -> float:
+        results = group.update(batch=grpo_batch(config), timesteps={"num_env_steps_sampled_lifetime": 0})
+        return results[0]["default_policy"]["sft_loss"].peek()
+
+    original, restored, fresh = (config.build_learner_group(rl_module_spec=spec) for _ in range(3))
+    try:
+        first = next_nll(original)
+        original.save_to_path(tmp_path / "learner_group")
+        restored.restore_from_path(tmp_path / "learner_group")
+        expected = next_nll(original)
+        assert next_nll(restored) == pytest.approx(expected, rel=1e-6)
+        assert next_nll(fresh) == pytest.approx(first, rel=1e-6)  # a fresh stream starts over
+        assert expected != pytest.approx(first, rel=1e-3)
+    finally:
+        for group in (original, restored, fresh):
+            group.shutdown()

@@ -65,6 +65,14 @@ class ExampleStream:
             batch.append(self.examples[self._order.pop()])
         return batch
 
+    def get_state(self) -> dict:
+        """Where the stream is (its generator and the epoch's remaining order): a checkpoint."""
+        return {"rng": self._rng.bit_generator.state, "order": [int(i) for i in self._order]}
+
+    def set_state(self, state: dict) -> None:
+        self._rng.bit_generator.state = state["rng"]
+        self._order = list(state["order"])
+
 
 def pad_examples(examples: list[Example], pad_id: int) -> dict[str, np.ndarray]:
     """Right-padded arrays: input_ids, attention_mask, response_mask, observation_mask."""

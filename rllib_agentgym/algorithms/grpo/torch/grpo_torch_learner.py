@@ -56,6 +56,7 @@ ENTROPY = "entropy"
 VALUE_OPTIMIZER = "value"
 CRITIC_ONLY = "critic_only"  # a `timesteps` key of update(): this batch trains the critic alone (critic_warmup)
 TOKEN_LEVEL_ESTIMATORS = ("reinforce_plus_plus", "gae")
+EXPERT_STREAM = "expert_stream"  # the learner's state key: where `sft_coef`'s expert batches are
 SFT_LOSS = "sft_loss"  # the expert NLL: AgentSFT's loss, and GRPO's `sft_coef` term
 SUMMED_STATS = {POLICY_LOSS, VF_LOSS, KL, ENTROPY, SFT_LOSS, "sft_observation_loss"}  # aggregated with the minibatch's counts
 
@@ -110,6 +111,18 @@ class GRPOTorchLearner(TorchLearner):
                     for p in ref.parameters():
                         p.requires_grad_(False)
                     self._ref_models[module_id] = ref
+
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        if self._expert_stream is not None and self._check_component(EXPERT_STREAM, components, not_components):
+            # A restored run draws the expert batches it would have drawn had it not stopped.
+            state[EXPERT_STREAM] = self._expert_stream.get_state()
+        return state
+
+    def set_state(self, state) -> None:
+        super().set_state(state)
+        if self._expert_stream is not None and EXPERT_STREAM in state:
+            self._expert_stream.set_state(state[EXPERT_STREAM])
 
     def _wants_reference(self) -> bool:
         cfg = self.config
