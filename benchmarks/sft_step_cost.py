@@ -6,7 +6,7 @@ trained tokens only, and padded micro-batches or one row each.
 It tokenizes expert conversations as AgentSFT does (the agent recipe's model
 and data families), and times forward + backward of the token-mean response
 loss over batches of `--batch-size` conversations, split into micro-batches by
-the learner's own grouping (`micro_batches_by_length`, `trim_to_longest`), in
+the learner's own grouping (`micro_batches`), in
 four settings of `token_logprobs_and_entropy`:
 
 - `micro2_all`: 2 rows per micro-batch (padded), log-probs at every position
@@ -52,14 +52,13 @@ def step_seconds(llm, batch, micro: int, trained_only: bool) -> float:
     """Wall seconds of one forward + backward of the token-mean response loss over `batch`."""
     import torch
 
-    from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import micro_batches_by_length, trim_to_longest
+    from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import micro_batches
     from rllib_agentgym.core.precision import autocast
     from rllib_agentgym.core.rl_module import token_logprobs_and_entropy
 
     tokens = batch["response_mask"].sum()
     started = time.perf_counter()
-    for rows in micro_batches_by_length(batch["attention_mask"].sum(dim=1).numpy(), micro):
-        part = trim_to_longest({k: v[torch.as_tensor(rows)] for k, v in batch.items()})
+    for part in micro_batches(batch, micro):
         with autocast("cpu", torch.bfloat16):  # as the learner: bf16 where the CPU has bf16 units
             out = token_logprobs_and_entropy(llm, part["input_ids"], part["attention_mask"], False,
                                              token_mask=part["response_mask"] if trained_only else None)

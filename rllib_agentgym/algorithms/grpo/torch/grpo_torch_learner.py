@@ -82,6 +82,14 @@ def trim_to_longest(batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     return {k: (v[:, :width] if v.dim() == 2 else v) for k, v in batch.items()}
 
 
+def micro_batches(batch: Dict[str, torch.Tensor], micro: int) -> list[Dict[str, torch.Tensor]]:
+    """`batch` cut into micro-batches of rows of similar length (`micro_batches_by_length`),
+    each trimmed to its longest row."""
+    groups = micro_batches_by_length(batch["attention_mask"].sum(dim=1).cpu().numpy(), micro)
+    device = batch["input_ids"].device
+    return [trim_to_longest({k: v[torch.as_tensor(rows, device=device)] for k, v in batch.items()}) for rows in groups]
+
+
 class GRPOTorchLearner(TorchLearner):
     """Handles every LLM module of the MultiRLModule (one for single-agent runs, one per
     policy in multi-agent ones); each module's batch is normalized on its own."""
@@ -336,13 +344,11 @@ class GRPOTorchLearner(TorchLearner):
         counts = self._global_counts(module_batch["response_mask"])
         world = torch.distributed.get_world_size() if self.config.num_learners > 1 and torch.distributed.is_initialized() else 1
         n = module_batch["input_ids"].shape[0]
-        groups = micro_batches_by_length(module_batch["attention_mask"].sum(dim=1).cpu().numpy(), self.config.micro_batch_size)
+        groups = micro_batches(module_batch, self.config.micro_batch_size)
         module = self.module[module_id]
         total_loss = 0.0
         stats_sums: Dict[str, float] = {}
-        for k, rows in enumerate(groups):
-            index = torch.as_tensor(rows, device=module_batch["input_ids"].device)
-            micro = trim_to_longest({key: v[index] for key, v in module_batch.items()})
+        for k, micro in enumerate(groups):
             # Under DDP, all-reduce gradients only on the last micro-batch.
             sync = contextlib.nullcontext()
             if world > 1 and k < len(groups) - 1 and hasattr(module, "no_sync"):
@@ -381,9 +387,7 @@ class GRPOTorchLearner(TorchLearner):
         counts = global_loss_counts(batch["response_mask"])
         module = self._rl_module(module_id)
         nll_sum = 0.0
-        for rows in micro_batches_by_length(arrays["attention_mask"].sum(axis=1), cfg.micro_batch_size):
-            index = torch.as_tensor(rows, device=self._device)
-            micro = trim_to_longest({k: v[index] for k, v in batch.items()})
+        for micro in micro_batches(batch, cfg.micro_batch_size):
             with autocast(self._device.type, module._autocast):
                 out = token_logprobs_and_entropy(module.llm, micro["input_ids"], micro["attention_mask"], False,
                                                  token_mask=micro["response_mask"], temperature=1.0,

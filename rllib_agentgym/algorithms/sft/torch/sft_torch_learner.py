@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import GRPOTorchLearner
+from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import SFT_LOSS, GRPOTorchLearner
 from rllib_agentgym.algorithms.losses import aggregate_loss, global_loss_counts
 
-SFT_LOSS = "sft_loss"
 OBSERVATION_LOSS = "sft_observation_loss"
 
 
