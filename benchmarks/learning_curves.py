@@ -198,6 +198,9 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
                           "horizon": int(runners["horizon"]), "num_turns_mean": float(runners["num_turns_mean"]),
                           "invalid_action_rate": float(runners.get("invalid_action_rate", float("nan"))),
                           "repeated_refusal_rate": float(runners.get("repeated_refusal_rate", float("nan"))),
+                          # DAPO's refill rounds and the informative groups the batch kept (dynamic_sampling only).
+                          **{k: float(runners[k]) for k in ("dynamic_sampling_rounds", "dynamic_sampling_groups_kept")
+                             if k in runners},
                           **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss", "kl", "sft_loss") if k in learner},
                           "time_s": float(result["time_this_iter_s"]),
                           "rollout_s": float(runners.get("rollout_wall_s", float("nan"))),

@@ -522,3 +522,30 @@ def test_learning_curves_records_each_iterations_rollout_learner_and_sync_second
     for row in run["train"]:
         assert row["learner_s"] > 0 and row["sync_s"] > 0 and row["rollout_s"] > 0
         assert row["rollout_s"] + row["learner_s"] + row["sync_s"] <= row["time_s"]
+        assert "dynamic_sampling_rounds" not in row  # only with dynamic_sampling
+
+
+def test_learning_curves_records_dynamic_samplings_refill_rounds_and_groups_kept(ray_local):
+    """With DAPO's dynamic sampling each iteration's record says how many refill rounds ran and
+    how many informative groups the batch kept, within the configured caps."""
+    from benchmarks.learning_curves import run_curve
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+    tasks, max_rounds = 2, 2
+    config = (
+        GRPOConfig()
+        # Half the letters vowels: the random-init model succeeds now and then, so groups are mixed
+        # or uniform (tests/test_dapo_options.py).
+        .environment("agentgym/bandit", env_config={"env_options": {"success_threshold": 0.5}})
+        .llm(group_size=4, tasks_per_iteration=tasks, max_turns=1, max_new_tokens=1, inference_engine="hf")
+        .training(reward_type="success", lr=1e-3, micro_batch_size=8, dynamic_sampling=True,
+                  dynamic_sampling_max_rounds=max_rounds)
+        .debugging(seed=0)
+    )
+    config.evaluation_num_tasks = 2
+    run = run_curve(config.to_dict(), iterations=2, eval_every=2, log=lambda *_: None)
+    for row in run["train"]:
+        assert row["dynamic_sampling_rounds"] in range(max_rounds + 1)
+        assert row["dynamic_sampling_groups_kept"] in range(tasks + 1)
+        # Fewer groups than asked only when the refill rounds ran out.
+        assert row["dynamic_sampling_groups_kept"] == tasks or row["dynamic_sampling_rounds"] == max_rounds
