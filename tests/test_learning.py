@@ -142,7 +142,8 @@ def test_multi_turn_update_moves_each_trajectory_with_its_advantage():
 # +5 on another (+15 with the shared prompt prefix off, a rounding-level change), +6 of 70 on a
 # Xeon in float32; at 2e-4 +24 on the Xeon but -8 on the EPYC (two tasks collapse). Ten at 1e-4
 # on the EPYC (2026-11-28): 59 -> 95 (7 of 8 tasks up), 59 -> 86 with the shared prefix off
-# (5 up), and with seed 1 (another pool) 73 -> 99 (6 up); 5.6-8.4 minutes. Not yet run on a Xeon.
+# (5 up), and with seed 1 (another pool) 73 -> 99 (6 up); 5.6-8.4 minutes. On an AVX2-only EPYC in
+# float32 (2026-11-29): 70 -> 91 (6 up) in 17 minutes, TextCraft 41 -> 75 (7 up). Not yet run on a Xeon.
 # TextCraft: the example as it is at
 # lr 1e-4 and 6 turns (enough for depth 1); its depth-1 tasks are mixed for the warm start
 # about 1 time in 8, so all 132 are probed.
@@ -159,7 +160,7 @@ TRAINED_ON_POOL = {
 @pytest.mark.parametrize("env", sorted(TRAINED_ON_POOL))
 def test_grpo_raises_success_on_the_tasks_it_trains_on(ray_local, env):
     """The direction of learning on a real env, with a small budget (about 3-8 minutes on
-    2 cores): the env's tuned example (embedded agent, vLLM) trained for 5-10 iterations on a
+    2 cores with bf16 units, 6-17 in float32): the env's tuned example (embedded agent, vLLM) trained for 5-10 iterations on a
     pool of 8 train tasks where the warm start sometimes succeeds raises its sampled success
     on those tasks. Success is measured on the same episode seeds before and after (a paired
     comparison). This checks learning, not generalization: test-split success at this
