@@ -529,19 +529,11 @@ def test_learning_curves_records_dynamic_samplings_refill_rounds_and_groups_kept
     """With DAPO's dynamic sampling each iteration's record says how many refill rounds ran and
     how many informative groups the batch kept, within the configured caps."""
     from benchmarks.learning_curves import run_curve
-    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+    from bandit_configs import mixed_bandit_config
 
     tasks, max_rounds = 2, 2
-    config = (
-        GRPOConfig()
-        # Half the letters vowels: the random-init model succeeds now and then, so groups are mixed
-        # or uniform (tests/test_dapo_options.py).
-        .environment("agentgym/bandit", env_config={"env_options": {"success_threshold": 0.5}})
-        .llm(group_size=4, tasks_per_iteration=tasks, max_turns=1, max_new_tokens=1, inference_engine="hf")
-        .training(reward_type="success", lr=1e-3, micro_batch_size=8, dynamic_sampling=True,
-                  dynamic_sampling_max_rounds=max_rounds)
-        .debugging(seed=0)
-    )
+    config = mixed_bandit_config(dynamic_sampling=True, dynamic_sampling_max_rounds=max_rounds).llm(
+        tasks_per_iteration=tasks)
     config.evaluation_num_tasks = 2
     run = run_curve(config.to_dict(), iterations=2, eval_every=2, log=lambda *_: None)
     for row in run["train"]:

@@ -14,21 +14,7 @@ import torch
 from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
 from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner
 
-GROUP_SIZE = 4
-
-
-def _bandit_config(**training) -> GRPOConfig:
-    # A reply is a success when half its letters are vowels: the random-init model succeeds
-    # now and then, so some groups are mixed and others all failures (seen: about half).
-    cfg = (
-        GRPOConfig()
-        .environment("agentgym/bandit", env_config={"env_options": {"success_threshold": 0.5}})
-        .llm(inference_engine="hf", group_size=GROUP_SIZE, max_turns=1, max_new_tokens=1)
-        .training(reward_type="success", lr=1e-3, micro_batch_size=16, **training)
-        .debugging(seed=0)
-    )
-    cfg.log_trajectories = 0
-    return cfg
+from bandit_configs import GROUP_SIZE, mixed_bandit_config
 
 
 def _informative_groups(trajectories) -> list[int]:
@@ -44,7 +30,7 @@ def test_dynamic_sampling_refills_to_the_batch_size_and_trims_the_surplus(ray_lo
     `tasks_per_iteration` informative groups are in hand (at most `dynamic_sampling_max_rounds`
     extra calls), the surplus of the last call is cut, and the learner trains on exactly those."""
     tasks, max_rounds = 3, 3
-    algo = _bandit_config(dynamic_sampling=True, dynamic_sampling_max_rounds=max_rounds).llm(
+    algo = mixed_bandit_config(dynamic_sampling=True, dynamic_sampling_max_rounds=max_rounds).llm(
         tasks_per_iteration=tasks).build_algo()
     refilled = trimmed = 0
     try:
@@ -81,7 +67,7 @@ def test_dynamic_sampling_refills_to_the_batch_size_and_trims_the_surplus(ray_lo
 def test_dynamic_sampling_stops_at_the_round_cap_and_skips_an_empty_update(ray_local):
     """Greedy replies make every group uniform: the loop gives up after the cap of extra
     sampling calls, and the iteration trains on nothing (the weights stay)."""
-    algo = _bandit_config(dynamic_sampling=True, dynamic_sampling_max_rounds=2).llm(
+    algo = mixed_bandit_config(dynamic_sampling=True, dynamic_sampling_max_rounds=2).llm(
         tasks_per_iteration=2, temperature=0.0).build_algo()
     module = algo.learner_group._learner.module["default_policy"].unwrapped()
     try:
@@ -103,7 +89,7 @@ def test_dynamic_sampling_stops_at_the_round_cap_and_skips_an_empty_update(ray_l
 def bandit_trajectories():
     """Real bandit episodes of the embedded agent with replies capped at 32 tokens: the
     ones it did not end by then are truncated (about 2 in 3), the others closed their turn."""
-    cfg = _bandit_config().llm(model_path="embedded-agent", max_new_tokens=32, tasks_per_iteration=4)
+    cfg = mixed_bandit_config().llm(model_path="embedded-agent", max_new_tokens=32, tasks_per_iteration=4)
     runner = LLMEnvRunner(config=cfg, worker_index=0)
     try:
         trajectories = [t for call in range(2) for t in runner.sample(call_index=call).trajectories]
