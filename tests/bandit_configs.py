@@ -11,12 +11,12 @@ GROUP_SIZE = 4
 def mixed_bandit_config(**training) -> GRPOConfig:
     """One-letter replies on the transformers engine, success when half the letters are vowels:
     the random-init model succeeds now and then, so some groups are mixed and others all
-    failures (seen: about half). `training` adds to or overrides the `.training()` settings."""
+    failures (seen: about half). `training` adds `.training()` settings."""
     cfg = (
         GRPOConfig()
         .environment("agentgym/bandit", env_config={"env_options": {"success_threshold": 0.5}})
         .llm(inference_engine="hf", group_size=GROUP_SIZE, max_turns=1, max_new_tokens=1)
-        .training(**{"reward_type": "success", "lr": 1e-3, "micro_batch_size": 16, **training})
+        .training(reward_type="success", lr=1e-3, micro_batch_size=16, **training)
         .debugging(seed=0)
     )
     cfg.log_trajectories = 0

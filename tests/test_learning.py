@@ -160,11 +160,11 @@ TRAINED_ON_POOL = {
 @pytest.mark.parametrize("env", sorted(TRAINED_ON_POOL))
 def test_grpo_raises_success_on_the_tasks_it_trains_on(ray_local, env):
     """The direction of learning on a real env, with a small budget (about 3-8 minutes on
-    2 cores with bf16 units, 6-17 in float32): the env's tuned example (embedded agent, vLLM) trained for 5-10 iterations on a
-    pool of 8 train tasks where the warm start sometimes succeeds raises its sampled success
-    on those tasks. Success is measured on the same episode seeds before and after (a paired
-    comparison). This checks learning, not generalization: test-split success at this
-    budget is in docs/learning.md."""
+    2 cores with bf16 units, 6-17 in float32): the env's tuned example (embedded agent,
+    vLLM) trained for 5-10 iterations on a pool of 8 train tasks where the warm start
+    sometimes succeeds raises its sampled success on those tasks. Success is measured on the
+    same episode seeds before and after (a paired comparison). This checks learning, not
+    generalization: test-split success at this budget is in docs/learning.md."""
     from pathlib import Path
 
     from benchmarks.learning_curves import experiment_config, sampled_success
