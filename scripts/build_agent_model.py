@@ -95,6 +95,10 @@ def recipe_from_json(text: str | None, name: str = "embedded-agent"):
     unknown = sorted(set(changes) - known)
     if unknown:
         raise SystemExit(f"--recipe: unknown fields {unknown}; known: {sorted(known)}")
+    if "model" in changes and changes.get("base_model", base.base_model):
+        raise SystemExit(f"--recipe: `model` shapes the embedded model, and {name} starts from the pretrained "
+                         f"{changes.get('base_model', base.base_model)!r}; add \"base_model\": \"\" to start from "
+                         "the embedded one")
     if "model" in changes:  # a dict of model-size fields changed on the recipe's model
         sizes = changes["model"]
         fields = {f.name for f in dataclasses.fields(EmbeddedModelConfig)}
