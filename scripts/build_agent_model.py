@@ -95,11 +95,11 @@ def recipe_from_json(text: str | None, name: str = "embedded-agent"):
     unknown = sorted(set(changes) - known)
     if unknown:
         raise SystemExit(f"--recipe: unknown fields {unknown}; known: {sorted(known)}")
-    if "model" in changes and changes.get("base_model", base.base_model):
-        raise SystemExit(f"--recipe: `model` shapes the embedded model, and {name} starts from the pretrained "
-                         f"{changes.get('base_model', base.base_model)!r}; add \"base_model\": \"\" to start from "
-                         "the embedded one")
     if "model" in changes:  # a dict of model-size fields changed on the recipe's model
+        pretrained = changes.get("base_model", base.base_model)
+        if pretrained:  # the embedded shape is not used (nor in the cache key): the change would vanish
+            raise SystemExit(f"--recipe: `model` shapes the embedded model, and {name} starts from the pretrained "
+                             f"{pretrained!r}; add \"base_model\": \"\" to start from the embedded one")
         sizes = changes["model"]
         fields = {f.name for f in dataclasses.fields(EmbeddedModelConfig)}
         if not isinstance(sizes, dict) or set(sizes) - fields:

@@ -115,12 +115,11 @@ def test_build_script_recipe_variants_start_from_the_chosen_agent():
     longer = recipe_from_json('{"iterations": 150}', "embedded-agent-searchqa")
     assert longer.data == agent_recipe("embedded-agent-searchqa").data and longer.iterations == 150
     assert longer.base_model == "smollm2-135m" and dict(longer.lora)["r"] == 16
-    circuit = recipe_from_json('{"model": {"induction_circuit": true}}')
-    seeded = recipe_from_json('{"model": {"induction_circuit": true, "seed": 1}}')
+    seeded = recipe_from_json('{"model": {"seed": 1}}', "embedded-agent-sciworld")
     assert seeded.model.induction_circuit and seeded.model.seed == 1
-    pairs = recipe_from_json('{"model": {"induction_circuit": true, "induction_match_tokens": 2}}')
+    pairs = recipe_from_json('{"model": {"induction_match_tokens": 2}}', "embedded-agent-sciworld")
     assert pairs.model.induction_match_tokens == 2
-    assert len({circuit.fingerprint(), seeded.fingerprint(), pairs.fingerprint()}) == 3
+    assert pairs.fingerprint() != agent_recipe("embedded-agent-sciworld").fingerprint()
     with pytest.raises(SystemExit, match="pretrained"):  # its base is SmolLM2: an embedded shape would do nothing
         recipe_from_json('{"model": {"seed": 1}}', "embedded-agent-searchqa")
     embedded = recipe_from_json('{"base_model": "", "lora": {}, "model": {"induction_circuit": true}}',
