@@ -255,8 +255,10 @@ _INHERITED = ("env_config", "max_model_len", "max_new_tokens", "max_turns", "inf
 
 def build_runner(policy: PolicySource, *, env: str | None, split: str, temperature: float,
                  max_turns: int | None, engine: str | None, env_config: Mapping[str, Any] | None,
-                 seed: int, max_new_tokens: int | None = None, max_model_len: int | None = None):
-    """One `LLMEnvRunner` (in this process, no Ray) with the policy's weights."""
+                 seed: int, max_new_tokens: int | None = None, max_model_len: int | None = None,
+                 concurrent_episodes: int | None = None):
+    """One `LLMEnvRunner` (in this process, no Ray) with the policy's weights; `concurrent_episodes`
+    (the episodes of one `sample` call) sizes the engine's KV cache."""
     from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
     from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner
 
@@ -270,6 +272,8 @@ def build_runner(policy: PolicySource, *, env: str | None, split: str, temperatu
                      max_new_tokens=max_new_tokens, max_model_len=max_model_len)
     llm = {**inherited, **{k: v for k, v in overrides.items() if v is not None}}
     llm.update(model_path=policy.model_path, model_dtype=policy.model_dtype, lora=policy.lora)
+    if concurrent_episodes:
+        llm["engine_options"] = {**dict(llm.get("engine_options") or {}), "concurrent_sequences": concurrent_episodes}
     config.environment(env, env_config=merged_env_config).llm(**llm).debugging(seed=seed)
     runner = LLMEnvRunner(config=config, worker_index=0)
     if policy.weights is not None:
@@ -313,7 +317,7 @@ def evaluate(source: str, *, env: str | None = None, split: str = "test", k: int
         policy.model_dtype = model_dtype
     runner = build_runner(policy, env=env, split=split, temperature=temperature, max_turns=max_turns,
                           engine=engine, env_config=env_config, seed=seed, max_new_tokens=max_new_tokens,
-                          max_model_len=max_model_len)
+                          max_model_len=max_model_len, concurrent_episodes=batch_episodes)
     try:
         task_ids = select_tasks(runner.task_ids, num_tasks)
         bar = tqdm(total=len(task_ids), unit="task", desc=f"{runner.spec.name}/{split}", disable=not progress)

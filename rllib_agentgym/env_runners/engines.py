@@ -105,6 +105,35 @@ def sampled_logprobs(token_ids: Sequence[int], position_logprobs) -> list[float]
 
 ONEDNN_PRIMITIVE_CACHE_CAPACITY_DEFAULT = 64
 
+GIB = 2**30
+
+
+def kv_cache_bytes_per_token(hf_config, dtype_bytes: int) -> int:
+    """Bytes one token holds in the KV cache: 2 (K and V) x layers x KV heads x head dim x dtype bytes.
+
+    `hf_config`: a transformers config (GQA models keep fewer KV heads than query heads)."""
+    heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    return 2 * hf_config.num_hidden_layers * heads * head_dim * dtype_bytes
+
+
+def cpu_kv_cache_bytes(bytes_per_token: int, max_model_len: int, num_sequences: int, available_bytes: int,
+                       max_share: float = 0.25) -> int:
+    """vLLM's CPU KV cache: room for `num_sequences` full contexts,
+
+        bytes = bytes_per_token x max_model_len x num_sequences,
+
+    in whole GiB, at least 1 and at most `max_share` of `available_bytes`.
+
+    A rollout's turn-t prompt is its turn-(t-1) prompt + response + observation,
+    so with every episode's blocks still cached a turn prefills only the new
+    tokens; in a smaller cache the blocks of waiting episodes are evicted and
+    each turn prefills whole conversations again (quadratic in turns).
+    """
+    need = bytes_per_token * int(max_model_len) * int(num_sequences)
+    cap = max(GIB, int(available_bytes * max_share) // GIB * GIB)
+    return min(max(GIB, -(-need // GIB) * GIB), cap)
+
 
 class VLLMEngine:
     """vLLM's offline `LLM`, in this process.
@@ -120,6 +149,10 @@ class VLLMEngine:
     about 10 MB per 32 generate calls, still rising after 60 x 32 (2026-11-25,
     2-core EPYC). At 64 it levels off after about 25 x 32 calls, and generation
     was no slower (decode shapes repeat, prefill shapes rarely do).
+
+    On CPU the KV cache holds `concurrent_sequences` contexts of `max_model_len`
+    (`cpu_kv_cache_bytes`; `kv_cache_space_gb` sets it instead): the runners pass
+    the episodes they play at once, whose earlier turns then stay prefix-cached.
     """
 
     def __init__(
@@ -132,12 +165,12 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.5,
         tensor_parallel_size: int = 1,
         enforce_eager: bool = True,
-        kv_cache_space_gb: float = 1.0,
+        kv_cache_space_gb: float | None = None,
+        concurrent_sequences: int = 32,
         device: str | None = None,
         **extra_llm_kwargs,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(kv_cache_space_gb))))
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE_CAPACITY_DEFAULT))
         from vllm import LLM
         from vllm.platforms import current_platform
@@ -153,6 +186,9 @@ class VLLMEngine:
 
         if current_platform.is_cpu():
             dtype = cpu_engine_dtype(dtype)
+            # (vLLM's VLLM_CPU_KVCACHE_SPACE, where set, still overrides this.)
+            extra_llm_kwargs.setdefault("kv_cache_memory_bytes", int(kv_cache_space_gb * GIB) if kv_cache_space_gb
+                                        else self._sized_kv_cache(model_path, dtype, max_model_len, concurrent_sequences))
         self._llm = LLM(
             model=model_path,
             dtype=dtype,
@@ -164,6 +200,17 @@ class VLLMEngine:
             **extra_llm_kwargs,
         )
         self._eos_id = self._llm.get_tokenizer().eos_token_id
+
+    @staticmethod
+    def _sized_kv_cache(model_path: str, dtype: str, max_model_len: int | None, num_sequences: int) -> int:
+        import psutil
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model_path)
+        dtype_bytes = 2 if dtype in ("bfloat16", "float16") else 4  # "auto": the larger, float32
+        context = max_model_len or getattr(config, "max_position_embeddings", 4096)
+        return cpu_kv_cache_bytes(kv_cache_bytes_per_token(config, dtype_bytes), context, num_sequences,
+                                  psutil.virtual_memory().available)
 
     @property
     def llm(self):

@@ -166,6 +166,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             "dtype": self.config.model_dtype,
             "seed": self._seed,
             "max_model_len": self.config.max_model_len,
+            "concurrent_sequences": self.config.group_size * self.config.tasks_per_iteration,
             **dict(self.config.engine_options or {}),
         }
         self._engine = make_engine(self.config.inference_engine, model_path, **options)

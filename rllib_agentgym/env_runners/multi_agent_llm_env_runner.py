@@ -239,6 +239,7 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
         self._tokenizers[policy_id] = tokenizer
         self._chats[policy_id] = ChatFormat.from_tokenizer(tokenizer)
         options = {"dtype": cfg.model_dtype, "seed": self._seed, "max_model_len": cfg.max_model_len,
+                   "concurrent_sequences": self.config.group_size * self.config.tasks_per_iteration,
                    **dict(cfg.engine_options or {})}
         engine = make_engine(cfg.inference_engine, model_path, **options)
         self._engines[policy_id] = engine
