@@ -56,6 +56,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
                                                      "--gen-prompts", "4", "--gen-prompt-tokens", "64", "--gen-tokens", "8"]),
     # Exits 1 after writing its JSON when a process grew too much: its row shows that verdict.
     "soak": ("soak.py", [], ["--iterations", "12", "--warmup", "4", "--window", "2"]),
+    "kv_cache": ("kv_cache.py", [], ["--episodes", "8", "--turns", "3", "--first-prompt-tokens", "256"]),
 }
 
 
@@ -225,6 +226,16 @@ def _soak_rows(r: dict) -> list[Row]:
     return rows
 
 
+def _kv_cache_rows(r: dict) -> list[Row]:
+    """The multi-turn workload's wall time with the CPU KV cache sized for its episodes against 1 GiB."""
+    s, sized, fixed = r["settings"], r["sizes"]["sized"], r["sizes"]["fixed_1gib"]
+    work = f"{s['episodes']} episodes x {s['turns']} turns, {sized['final_context_tokens']} tokens at the end"
+    return [("kv_cache", f"multi-turn generation, {work}: s (prefilled tokens)",
+             f"{sized['wall_s']:.1f} s ({sized['prefilled_tokens']:,}), {_fmt(sized['kv_cache_gib'])} GiB sized",
+             f"{fixed['wall_s']:.1f} s ({fixed['prefilled_tokens']:,}), 1 GiB",
+             f"x{_fmt(r['speedup'])} faster, x{_fmt(r['prefill_ratio'])} less prefill", "(reported)")]
+
+
 ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "rollout": _rollout_rows,
     "learner": _learner_rows,
@@ -236,6 +247,7 @@ ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "searchqa_dense": _retrieval_rows,
     "precision": _precision_rows,
     "soak": _soak_rows,
+    "kv_cache": _kv_cache_rows,
 }
 
 

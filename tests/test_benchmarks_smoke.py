@@ -541,3 +541,23 @@ def test_learning_curves_records_dynamic_samplings_refill_rounds_and_groups_kept
         assert row["dynamic_sampling_groups_kept"] in range(tasks + 1)
         # Fewer groups than asked only when the refill rounds ran out.
         assert row["dynamic_sampling_groups_kept"] == tasks or row["dynamic_sampling_rounds"] == max_rounds
+
+
+def test_kv_cache_benchmark_plays_the_same_turns_on_both_sizes(tmp_path):
+    """Tiny counts on the embedded model: both engines see the same prompts and token counts;
+    its short contexts fit in 1 GiB, so both sizes prefill the same tokens."""
+    from benchmarks import kv_cache
+
+    out = tmp_path / "kv_cache.json"
+    kv_cache.main(["--model", "embedded", "--episodes", "3", "--turns", "2", "--first-prompt-tokens", "150",
+                   "--observation-tokens", "10", "--response-tokens", "4", "--max-model-len", "512",
+                   "--out", str(out)])
+    result = json.loads(out.read_text())
+    sized, fixed = result["sizes"]["sized"], result["sizes"]["fixed_1gib"]
+    assert sized["kv_cache_gib"] == fixed["kv_cache_gib"] == 1.0
+    assert sized["generated_tokens"] == fixed["generated_tokens"] == 3 * 2 * 4
+    # Turn 2's prompts are turn 1's (150) + a response (4) + an observation (10).
+    assert sized["prompt_tokens"] == fixed["prompt_tokens"] == 3 * (150 + 164) and sized["final_context_tokens"] == 178
+    # Turn 2 finds turn 1's first full cache block (CPU blocks hold 128 tokens).
+    assert sized["prefilled_tokens"] == fixed["prefilled_tokens"] < sized["prompt_tokens"]
+    assert result["speedup"] > 0 and result["prefill_ratio"] == 1.0
