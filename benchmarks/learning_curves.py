@@ -64,9 +64,11 @@ def experiment_config(config_file: str | os.PathLike, overrides: Mapping[str, An
 
 
 def greedy_success(algo) -> dict[str, Any]:
-    """Greedy success on the evaluation split, overall and per category (the Algorithm's own evaluation)."""
+    """Greedy success on the evaluation split, overall and per category (the Algorithm's own
+    evaluation), and its wall seconds."""
+    start = time.perf_counter()
     result = algo.evaluate()["env_runners"]
-    return {"success_rate": float(result["success_rate"]),
+    return {"success_rate": float(result["success_rate"]), "wall_s": time.perf_counter() - start,
             "by_category": {k: float(v) for k, v in dict(result.get("success_rate_by_category") or {}).items()},
             **{k: float(result[k]) for k in ("invalid_action_rate", "repeated_refusal_rate") if k in result}}
 
