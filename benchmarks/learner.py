@@ -41,6 +41,13 @@ stretch; one thread by default on CPU):
   bare step doing the same); `no_kl` reports `bare_unshared` as well, so the
   two modes' `grpo_update_s` show what sharing saves.
 
+- `no_kl_skip`: the batch's first half of the groups fail whole (their rewards
+  set to 0: GRPO's advantages are 0 there), and the learner leaves those rows
+  out (`skip_zero_advantage_rows`; the other modes keep every row, so that
+  they do the bare step's work). Limits: `bare_signal_rows` (judged: the
+  bare step over the rows with advantage alone) and `bare` (every row: what
+  leaving the rows out saves).
+
 The bare step shares the prompt prefix as the learner does (the tokens all
 rows of a micro-batch start with and none trains on run once, their KV cache
 repeated over the rows), so `bare` stays the limit of the same work.
@@ -53,6 +60,7 @@ does); mode `no_kl_in_order` times the learner with batch-order micro-batches.
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 import sys
 import time
@@ -148,7 +156,7 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def grpo_config(args, use_kl: bool, share_prefix: bool = True):
+def grpo_config(args, use_kl: bool, share_prefix: bool = True, skip_zero_rows: bool = False):
     from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 
     return (
@@ -156,7 +164,7 @@ def grpo_config(args, use_kl: bool, share_prefix: bool = True):
         .environment("agentgym/textcraft")
         .llm(model_path=args.model, model_dtype=args.dtype, max_model_len=args.max_model_len)
         .training(micro_batch_size=args.micro_batch_size, use_kl_loss=use_kl, lr=1e-6,
-                  share_prompt_prefix=share_prefix)
+                  share_prompt_prefix=share_prefix, skip_zero_advantage_rows=skip_zero_rows)
         .learners(num_learners=0, num_gpus_per_learner=1 if _cuda() else 0)
     )
 
@@ -167,6 +175,28 @@ def build_learner_group(config):
     spec = config.get_default_rl_module_spec()
     spec.observation_space, spec.action_space = text_space(), text_space()
     return config.build_learner_group(rl_module_spec=spec)
+
+
+def failing_half(trajectories) -> list:
+    """Copies of `trajectories` in which the first half of the groups fail whole (reward 0)."""
+    groups = sorted({t.group_id for t in trajectories})
+    failed = set(groups[: max(1, len(groups) // 2)])
+    out = []
+    for t in trajectories:
+        t = copy.copy(t)
+        if t.group_id in failed:
+            t.reward, t.success = 0.0, False
+        out.append(t)
+    return out
+
+
+def signal_rows(arrays: dict) -> dict:
+    """The rows of a built batch with a non-zero advantage at a trained token (the learner's
+    `rows_with_signal`), as the arrays BareStep reads."""
+    import numpy as np
+
+    keep = (np.asarray(arrays["advantages"]) * np.asarray(arrays["response_mask"]) != 0).any(axis=1)
+    return {k: np.asarray(arrays[k])[keep] for k in ("input_ids", "attention_mask", "response_mask")}
 
 
 def build_batch(config, trajectories):
@@ -292,11 +322,15 @@ MODE_LIMITS: dict[str, dict[str, dict[str, bool]]] = {
     "kl": {"bare_plus_ref": {"reference": True}, "bare": {}},
     "no_kl_in_order": {"bare": {}},
     "no_kl_unshared": {"bare_unshared": {"share_prefix": False}, "bare": {}},
+    # `signal_rows`: the bare step over the rows with advantage only.
+    "no_kl_skip": {"bare_signal_rows": {"signal_rows": True}, "bare": {}},
 }
 
 
-def timed_sides(learner_group, batch, bare: BareStep, limits: dict[str, dict[str, bool]]) -> dict[str, Any]:
-    """side name -> a call that runs it to completion: "grpo" (one `LearnerGroup.update`) and each limit."""
+def timed_sides(learner_group, batch, bare: BareStep, limits: dict[str, dict[str, bool]],
+                signal_bare: BareStep | None = None) -> dict[str, Any]:
+    """side name -> a call that runs it to completion: "grpo" (one `LearnerGroup.update`) and each limit
+    (a limit with `signal_rows` runs `signal_bare`, the bare step over the rows with advantage)."""
     import torch
 
     def update():
@@ -305,7 +339,12 @@ def timed_sides(learner_group, batch, bare: BareStep, limits: dict[str, dict[str
         if torch.cuda.is_available():
             torch.cuda.synchronize()
 
-    return {"grpo": update, **{name: (lambda o=options: bare.step(**o)) for name, options in limits.items()}}
+    def limit(options: dict[str, bool]):
+        options = dict(options)
+        step = (signal_bare if options.pop("signal_rows", False) else bare).step
+        return lambda: step(**options)
+
+    return {"grpo": update, **{name: limit(options) for name, options in limits.items()}}
 
 
 def measure(sides: dict[str, Any], limits: dict[str, dict[str, bool]], real_tokens: int,
@@ -356,11 +395,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--modes", default="no_kl,kl,no_kl_in_order,no_kl_unshared",
+    parser.add_argument("--modes", default="no_kl,kl,no_kl_in_order,no_kl_unshared,no_kl_skip",
                         help="no_kl: same work as the bare step; kl: the default config (limits: bare + reference "
                              "forward, and bare alone); no_kl_in_order: micro-batches in batch order (the learner "
                              "before length sorting); no_kl_unshared: share_prompt_prefix off, every row's "
-                             "prompt run in full (limits: the bare step doing the same, and the sharing one)")
+                             "prompt run in full (limits: the bare step doing the same, and the sharing one); no_kl_skip: half "
+                             "the groups fail whole and the learner leaves their rows out (limits: the bare step "
+                             "over the other rows, and over all)")
     parser.add_argument("--cpu-threads", type=int, default=1, help="CPU only: torch threads (0: torch's default)")
     parser.add_argument("--profile", default=None, metavar="DIR",
                         help="after timing, run each side once under torch.profiler: busy device time, kernel and "
@@ -403,13 +444,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         # no_kl_in_order: the learner's micro-batches cut in batch order, as before they were formed by length.
         grpo_torch_learner.micro_batches_by_length = in_batch_order if mode == "no_kl_in_order" else by_length
         try:
-            config = grpo_config(args, use_kl, share_prefix=mode != "no_kl_unshared")
+            skip = mode == "no_kl_skip"
+            config = grpo_config(args, use_kl, share_prefix=mode != "no_kl_unshared", skip_zero_rows=skip)
             learner_group = build_learner_group(config)
-            batch = build_batch(config, trajectories)
-            bare = BareStep(args, batch.policy_batches["default_policy"], with_reference=use_kl,
-                            model_config=config.get_default_rl_module_spec().model_config)
-            sides = timed_sides(learner_group, batch, bare, MODE_LIMITS[mode])
-            result["modes"][mode] = measure(sides, MODE_LIMITS[mode], real_tokens, args.repeats)
+            batch = build_batch(config, failing_half(trajectories) if skip else trajectories)
+            arrays = batch.policy_batches["default_policy"]
+            model_config = config.get_default_rl_module_spec().model_config
+            bare = BareStep(args, arrays, with_reference=use_kl, model_config=model_config)
+            signal_bare = None
+            if skip:
+                kept = signal_rows(arrays)
+                if not len(kept["input_ids"]):
+                    raise ValueError("no_kl_skip: no group of the other half has mixed rewards; more --max-turns "
+                                     "let the expert finish more episodes")
+                signal_bare = BareStep(args, kept, False, model_config)
+                result["modes"][mode] = {"rows": len(arrays["input_ids"]), "trained_rows": len(kept["input_ids"])}
+            sides = timed_sides(learner_group, batch, bare, MODE_LIMITS[mode], signal_bare)
+            result["modes"][mode] = {**result["modes"].get(mode, {}),
+                                     **measure(sides, MODE_LIMITS[mode], real_tokens, args.repeats)}
             if args.profile:
                 result["modes"][mode]["profile"] = profile_sides(sides, Path(args.profile) / f"profile_{mode}.txt")
             del sides
@@ -423,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             grpo_torch_learner.micro_batches_by_length = by_length
         # Both sides' weights, gradients and optimizer states go before the next mode builds its own:
         # the learner sits in reference cycles that only the collector frees (on a GPU, 2 x 24 GB at 1.5B).
-        del learner_group, batch, bare
+        del learner_group, batch, bare, signal_bare
         free_memory()
     result["ratio"] = result["modes"].get("no_kl", next(iter(result["modes"].values())))["ratio"]
     result["target_met"] = result["ratio"] >= TARGET

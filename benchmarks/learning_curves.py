@@ -203,7 +203,7 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
                           # DAPO's refill rounds and the informative groups the batch kept (dynamic_sampling only).
                           **{k: float(runners[k]) for k in ("dynamic_sampling_rounds", "dynamic_sampling_groups_kept")
                              if k in runners},
-                          **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss", "kl", "sft_loss") if k in learner},
+                          **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss", "kl", "sft_loss", "trained_rows_fraction") if k in learner},
                           "time_s": float(result["time_this_iter_s"]),
                           "rollout_s": float(runners.get("rollout_wall_s", float("nan"))),
                           **{name: float(result["timers"][timer]) for name, timer in ITERATION_TIMERS.items()

@@ -91,9 +91,11 @@ def _rollout_rows(r: dict) -> list[Row]:
 
 _LEARNER_MODES = {"no_kl": "(no KL: same work as bare)", "kl": "(KL to the reference)",
                   "no_kl_in_order": "(no KL, micro-batches in batch order: before sorting)",
-                  "no_kl_unshared": "(no KL, every row's prompt run in full: before prefix sharing)"}
+                  "no_kl_unshared": "(no KL, every row's prompt run in full: before prefix sharing)",
+                  "no_kl_skip": "(no KL, half the groups fail whole: their rows left out)"}
 _LEARNER_LIMITS = {"bare": "bare f+b+step", "bare_full_lm_head": "bare f+b+step, LM head on all positions",
-                   "bare_plus_ref": "bare f+b+step + ref fwd", "bare_unshared": "bare f+b+step, prompt run per row"}
+                   "bare_plus_ref": "bare f+b+step + ref fwd", "bare_unshared": "bare f+b+step, prompt run per row",
+                   "bare_signal_rows": "bare f+b+step over the rows with advantage"}
 
 
 def _learner_rows(r: dict) -> list[Row]:

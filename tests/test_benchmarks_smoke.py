@@ -116,6 +116,25 @@ def test_learner_benchmark_limits_per_mode(tmp_path):
     assert [r[5].startswith(">= 0.9") for r in rows[:-1]] == [True, False, False, True, False]
 
 
+def test_learner_benchmark_skip_mode_trains_the_rows_with_advantage(tmp_path):
+    """no_kl_skip: half the groups fail whole; the update, its bare step over the other rows
+    (judged) and over all rows, and run_all's rows for them."""
+    from benchmarks.learner import main as learner
+
+    out = tmp_path / "learner.json"
+    # 8 turns: seed 0's second group is one finished and one cut episode (rewards 1, 0).
+    learner(["--tasks", "2", "--group-size", "2", "--max-turns", "8", "--repeats", "1", "--micro-batch-size", "1",
+             "--modes", "no_kl_skip", "--out", str(out)])
+    m = json.loads(out.read_text())["modes"]["no_kl_skip"]
+    assert (m["rows"], m["trained_rows"]) == (4, 2)  # the failing group's 2 rows are left out
+    assert m["judged_limit"] == "bare_signal_rows" and list(m["limits"]) == ["bare_signal_rows", "bare"]
+    assert m["limits"]["bare"]["step_s"][0] > 0 and m["limits"]["bare_signal_rows"]["step_s"][0] > 0
+    rows = ROWS["learner"](json.loads(out.read_text()))
+    assert [r[3].split("(", 1)[1].rstrip(")") for r in rows[:-1]] == ["bare f+b+step over the rows with advantage",
+                                                                       "bare f+b+step"]
+    assert [r[5].startswith(">= 0.9") for r in rows[:-1]] == [True, False]
+
+
 def test_learner_bare_step_reads_logits_where_the_loss_does(embedded_model):
     """The bare limit's LM head on the response-predicting positions only gives the full-head loss."""
     import numpy as np

@@ -37,7 +37,10 @@ def _update(learner_group, config):
     loss = float(results[0]["default_policy"]["total_loss"].peek())
     arrays = batch.policy_batches["default_policy"]
     # Log-probs at padding positions depend on the micro-batch's width and are never used.
-    return loss, grads, np.where(arrays["attention_mask"] == 1, arrays["ref_logprobs"], 0.0)
+    stats = {k: v.peek() for k, v in results[0]["default_policy"].items()}
+    if "ref_logprobs" not in arrays:  # no KL term
+        return loss, grads, None, stats
+    return loss, grads, np.where(arrays["attention_mask"] == 1, arrays["ref_logprobs"], 0.0), stats
 
 
 def test_sorted_micro_batches_leave_loss_and_gradients_unchanged(embedded_model, monkeypatch):
@@ -53,9 +56,9 @@ def test_sorted_micro_batches_leave_loss_and_gradients_unchanged(embedded_model,
     spec.observation_space, spec.action_space = text_space(), text_space()
     learner_group = config.build_learner_group(rl_module_spec=spec)
     try:
-        sorted_loss, sorted_grads, sorted_ref = _update(learner_group, config)
+        sorted_loss, sorted_grads, sorted_ref, _ = _update(learner_group, config)
         monkeypatch.setattr(grpo_torch_learner, "micro_batches_by_length", _in_batch_order)
-        order_loss, order_grads, order_ref = _update(learner_group, config)
+        order_loss, order_grads, order_ref, _ = _update(learner_group, config)
     finally:
         learner_group.shutdown()
     assert sorted_loss == pytest.approx(order_loss, rel=1e-5, abs=1e-7)
@@ -159,3 +162,111 @@ def test_a_head_that_transforms_its_logits_runs_the_whole_lm(embedded_model, mon
     for key in ("logprobs", "entropy"):
         torch.testing.assert_close(whole[key], plain[key], rtol=1e-5, atol=1e-5)
         assert not whole[key][~tokens.bool()].any()
+
+
+def _advantage_only_learner(embedded_model, **training):
+    # lr = 0: an update leaves the weights as they were, so runs compare from the same point.
+    config = (
+        GRPOConfig()
+        .environment("agentgym/textcraft")
+        .llm(model_path=embedded_model)
+        .training(micro_batch_size=2, lr=0.0, use_kl_loss=False, entropy_coeff=0.0)
+        .training(**training)
+        .learners(num_learners=0)
+    )
+    spec = config.get_default_rl_module_spec()
+    spec.observation_space, spec.action_space = text_space(), text_space()
+    return config, config.build_learner_group(rl_module_spec=spec)
+
+
+def _forwarded_rows(monkeypatch):
+    """Rows of every learner forward from here on, training and no-grad ones alike."""
+    seen = []
+    real = grpo_torch_learner.token_logprobs_and_entropy
+
+    def spy(llm, input_ids, *args, **kwargs):
+        seen.append(int(input_ids.shape[0]))
+        return real(llm, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(grpo_torch_learner, "token_logprobs_and_entropy", spy)
+    from rllib_agentgym.core import rl_module
+    monkeypatch.setattr(rl_module, "token_logprobs_and_entropy", spy)
+    return seen
+
+
+def test_rows_with_signal_are_those_with_a_nonzero_advantage_on_a_trained_token():
+    advantages = torch.tensor([[0.0, 0.0, 0.0], [0.0, 1.2, 1.2], [0.5, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    # Row 2's advantage sits on a prompt token only: nothing of it is trained.
+    assert grpo_torch_learner.rows_with_signal(advantages, mask).tolist() == [False, True, False, False]
+
+
+def test_rows_without_advantage_are_left_out_with_the_same_loss_and_gradients(embedded_model, monkeypatch):
+    """grpo_batch's groups have advantages -1.22, 0, 1.22: one row in three adds nothing to the
+    clipped surrogate, and leaving it out changes neither the loss nor the gradients."""
+    runs = {}
+    for skip in (True, False):
+        config, learner_group = _advantage_only_learner(embedded_model, skip_zero_advantage_rows=skip)
+        seen = _forwarded_rows(monkeypatch)
+        try:
+            loss, grads, _, stats = _update(learner_group, config)
+        finally:
+            learner_group.shutdown()
+        runs[skip] = loss, grads, sum(seen), stats
+    (skip_loss, skip_grads, skip_rows, skip_stats), (all_loss, all_grads, all_rows, _) = runs[True], runs[False]
+    assert (skip_rows, all_rows) == (4, 6)  # one forward over each kept row
+    assert skip_stats["trained_rows_fraction"] == pytest.approx(4 / 6)
+    assert skip_loss == pytest.approx(all_loss, rel=1e-5, abs=1e-7) and skip_loss != 0
+    assert skip_grads.keys() == all_grads.keys() and skip_grads
+    for name, grad in all_grads.items():
+        torch.testing.assert_close(skip_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_rows_are_kept_when_a_kl_or_entropy_term_reads_them(embedded_model, monkeypatch):
+    for training, forwarded in (({"use_kl_loss": True, "kl_coef": 0.1}, 12), ({"entropy_coeff": 0.01}, 6)):
+        config, learner_group = _advantage_only_learner(embedded_model, **training)
+        seen = _forwarded_rows(monkeypatch)
+        try:
+            _update(learner_group, config)
+        finally:
+            learner_group.shutdown()
+        # Every row trains; with the KL term the reference's no-grad pass scores all 6 first.
+        assert sum(seen) == forwarded, training
+
+
+def test_pi_old_is_scored_on_the_rows_that_train_only(embedded_model, monkeypatch):
+    """Two minibatches of 3: pi_old comes from a no-grad forward before the update, over the 4
+    rows with advantage; the 2 without it are neither scored nor trained."""
+    config, learner_group = _advantage_only_learner(embedded_model)
+    seen = _forwarded_rows(monkeypatch)
+    batch = grpo_batch(config)
+    try:
+        learner_group.update(batch=batch, minibatch_size=3, num_epochs=1, shuffle_batch_per_epoch=False,
+                             timesteps={"num_env_steps_sampled_lifetime": 0})
+    finally:
+        learner_group.shutdown()
+    arrays = batch.policy_batches["default_policy"]
+    signal = np.asarray(arrays["advantages"]).any(axis=1)
+    assert signal.sum() == 4
+    assert sum(seen) == 4 + 4  # the no-grad pass, then the two minibatches' training passes
+    old = np.asarray(arrays["old_logprobs"]) * np.asarray(arrays["response_mask"])
+    assert np.abs(old[signal]).sum(axis=1).all() and not old[~signal].any()
+
+
+def test_a_minibatch_without_advantage_steps_on_zero_gradients_without_a_forward(embedded_model, monkeypatch):
+    config, learner_group = _advantage_only_learner(embedded_model)
+    seen = _forwarded_rows(monkeypatch)
+    batch = grpo_batch(config)
+    policy_batch = batch.policy_batches["default_policy"]
+    policy_batch["advantages"] = np.zeros_like(policy_batch["advantages"])  # every group's rewards equal
+    try:
+        results = learner_group.update(batch=batch, minibatch_size=None, num_epochs=1, shuffle_batch_per_epoch=False,
+                                       timesteps={"num_env_steps_sampled_lifetime": 0})
+        llm = learner_group._learner.module["default_policy"].unwrapped().llm
+        trainable = [p for p in llm.parameters() if p.requires_grad]
+        assert trainable and all(p.grad is not None and not p.grad.any() for p in trainable)
+    finally:
+        learner_group.shutdown()
+    assert seen == []
+    assert float(results[0]["default_policy"]["total_loss"].peek()) == 0.0
+    assert results[0]["default_policy"]["trained_rows_fraction"].peek() == 0.0

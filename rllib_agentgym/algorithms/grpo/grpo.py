@@ -115,6 +115,10 @@ class GRPOConfig(AlgorithmConfig):
         # The tokens a micro-batch's rows all start with (the instruction, or one group's whole prompt)
         # run through the learner's model once, not once a row: the same log-probs and gradients.
         self.share_prompt_prefix = True
+        # Rows whose advantage is 0 at every trained token (a GRPO group whose rewards are all
+        # equal) add nothing to a loss that is the clipped surrogate alone: the learner leaves
+        # them out of its forward and backward passes (not with a KL, entropy or value term).
+        self.skip_zero_advantage_rows = True
         # pi_old of a batch that feeds several optimizer steps (minibatches, epochs):
         # "learner": a no-grad forward of the policy before the update (exact);
         # "engine": the rollout engine's log-probs of the tokens it sampled, no forward (the
@@ -181,6 +185,7 @@ class GRPOConfig(AlgorithmConfig):
         entropy_coeff: Optional[float] = NotProvided,
         micro_batch_size: Optional[int] = NotProvided,
         share_prompt_prefix: Optional[bool] = NotProvided,
+        skip_zero_advantage_rows: Optional[bool] = NotProvided,
         old_logprobs: Optional[str] = NotProvided,
         group_size: Optional[int] = NotProvided,
         tasks_per_iteration: Optional[int] = NotProvided,
@@ -211,7 +216,8 @@ class GRPOConfig(AlgorithmConfig):
             clip_ratio_high=clip_ratio_high, use_kl_loss=use_kl_loss,
             kl_coef=kl_coef, kl_estimator=kl_estimator, loss_agg_mode=loss_agg_mode,
             entropy_coeff=entropy_coeff, micro_batch_size=micro_batch_size,
-            share_prompt_prefix=share_prompt_prefix, old_logprobs=old_logprobs,
+            share_prompt_prefix=share_prompt_prefix, skip_zero_advantage_rows=skip_zero_advantage_rows,
+            old_logprobs=old_logprobs,
             group_size=group_size,
             tasks_per_iteration=tasks_per_iteration, dynamic_sampling=dynamic_sampling,
             dynamic_sampling_max_rounds=dynamic_sampling_max_rounds, overlong_filter=overlong_filter,

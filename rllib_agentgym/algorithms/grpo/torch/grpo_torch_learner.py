@@ -14,7 +14,9 @@ Per `update()` call (one training batch):
     and only the value head steps; the policy stays the one that sampled.
   * per minibatch (RLlib's `minibatch_size` / `num_epochs` iterator): the
     minibatch is cut into micro-batches of `micro_batch_size` trajectories
-    whose gradients accumulate, normalized by the whole minibatch's token and
+    (without the rows whose advantage is 0 at every trained token, when the
+    loss is the clipped surrogate alone: `rows_with_signal`) whose gradients
+    accumulate, normalized by the whole minibatch's token and
     sequence counts (summed over all learners under DDP) so that the sum is
     the full-batch loss; with `sft_coef`, the gradient of sft_coef times the
     NLL of a batch of expert conversations joins it (PPO-ptx); then gradient
@@ -56,6 +58,7 @@ ENTROPY = "entropy"
 VALUE_OPTIMIZER = "value"
 CRITIC_ONLY = "critic_only"  # a `timesteps` key of update(): this batch trains the critic alone (critic_warmup)
 TOKEN_LEVEL_ESTIMATORS = ("reinforce_plus_plus", "gae")
+TRAINED_ROWS_FRACTION = "trained_rows_fraction"  # of a minibatch's rows, those with a non-zero advantage
 EXPERT_STREAM = "expert_stream"  # the learner's state key: where `sft_coef`'s expert batches are
 SFT_LOSS = "sft_loss"  # the expert NLL: AgentSFT's loss, and GRPO's `sft_coef` term
 SUMMED_STATS = {POLICY_LOSS, VF_LOSS, KL, ENTROPY, SFT_LOSS, "sft_observation_loss"}  # aggregated with the minibatch's counts
@@ -80,6 +83,21 @@ def trim_to_longest(batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """Cut right padding shared by every row of a micro-batch (saves compute)."""
     width = int(batch["attention_mask"].sum(dim=1).max().item())
     return {k: (v[:, :width] if v.dim() == 2 else v) for k, v in batch.items()}
+
+
+def rows_with_signal(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """[B] bool: the rows with a non-zero advantage at some trained token.
+
+    With the clipped surrogate as the whole loss,
+
+        L = sum_{i,t} m_{i,t} max(-A_{i,t} rho_{i,t}, -A_{i,t} clip(rho_{i,t})) / N,
+
+    a row with A_{i,t} = 0 at every trained token adds 0 to L and to its
+    gradient, whatever rho is; with N (the token or sequence count) taken
+    from the whole minibatch, dropping it changes neither. GRPO gives every
+    row of a group that when the group's rewards are all equal.
+    """
+    return ((advantages != 0) & (response_mask != 0)).any(dim=1)
 
 
 def micro_batches(batch: Dict[str, torch.Tensor], micro: int) -> list[Dict[str, torch.Tensor]]:
@@ -131,6 +149,19 @@ class GRPOTorchLearner(TorchLearner):
         super().set_state(state)
         if self._expert_stream is not None and EXPERT_STREAM in state:
             self._expert_stream.set_state(state[EXPERT_STREAM])
+
+    def _skips_zero_advantage_rows(self, module_id) -> bool:
+        """Whether the loss is the clipped surrogate alone (no KL, entropy or value term, which
+        every row feeds), so that rows without advantage can be left out (`rows_with_signal`)."""
+        cfg = self.config.get_config_for_module(module_id)
+        return bool(
+            cfg.skip_zero_advantage_rows
+            and not self._is_distributed()  # DDP: every learner runs the same backward passes
+            and not self._critic_only
+            and not (cfg.use_kl_loss and cfg.kl_coef > 0)
+            and not cfg.entropy_coeff
+            and self._rl_module(module_id).value_head is None
+        )
 
     def _wants_reference(self) -> bool:
         cfg = self.config
@@ -205,14 +236,18 @@ class GRPOTorchLearner(TorchLearner):
     # ---- per-batch precomputation ----------------------------------------------
 
     @torch.no_grad()
-    def _forward_no_grad(self, model, arrays, *, temperature: float, value_head=None) -> Dict[str, np.ndarray]:
+    def _forward_no_grad(self, model, arrays, *, temperature: float, value_head=None,
+                         only_rows: np.ndarray | None = None) -> Dict[str, np.ndarray]:
         # `temperature` has no default: pi_old and pi_ref must be scored at the policy's own.
+        # `only_rows`: the rows to score; the others stay 0 (rows the loss will not read).
         shape = arrays["input_ids"].shape
         out = {"logprobs": np.zeros(shape, dtype=np.float32)}
         if value_head is not None:
             out["values"] = np.zeros(shape, dtype=np.float32)
-        lengths = np.asarray(arrays["attention_mask"]).sum(axis=1)
-        for rows in micro_batches_by_length(lengths, self.config.micro_batch_size):
+        scored = np.arange(shape[0]) if only_rows is None else np.asarray(only_rows)
+        lengths = np.asarray(arrays["attention_mask"])[scored].sum(axis=1)
+        for micro in micro_batches_by_length(lengths, self.config.micro_batch_size):
+            rows = scored[micro]
             ids = torch.as_tensor(arrays["input_ids"][rows], device=self._device)
             mask = torch.as_tensor(arrays["attention_mask"][rows], device=self._device)
             width = int(mask.sum(dim=1).max().item())
@@ -262,8 +297,13 @@ class GRPOTorchLearner(TorchLearner):
             if from_engine:  # the sampling log-probs as pi_old: no forward (GRPOConfig.old_logprobs)
                 policy_batch["old_logprobs"] = np.asarray(policy_batch["sample_logprobs"], dtype=np.float32)
             if not from_engine or module.value_head is not None:  # PPO's values need the forward anyway
+                only_rows = None
+                if "advantages" in policy_batch and self._skips_zero_advantage_rows(module_id):
+                    # pi_old of rows the loss leaves out (`rows_with_signal`) is never read.
+                    only_rows = rows_with_signal(torch.as_tensor(policy_batch["advantages"]),
+                                                 torch.as_tensor(policy_batch["response_mask"])).nonzero().squeeze(1).numpy()
                 current = self._forward_no_grad(module.llm, policy_batch, temperature=module.temperature,
-                                                value_head=module.value_head)
+                                                value_head=module.value_head, only_rows=only_rows)
                 if not from_engine:
                     policy_batch["old_logprobs"] = current["logprobs"]
                 if "values" in current:
@@ -343,6 +383,13 @@ class GRPOTorchLearner(TorchLearner):
         """Backward over the micro-batches of one module's minibatch; returns its loss."""
         counts = self._global_counts(module_batch["response_mask"])
         world = torch.distributed.get_world_size() if self.config.num_learners > 1 and torch.distributed.is_initialized() else 1
+        if self._skips_zero_advantage_rows(module_id):
+            # Their loss and gradient are 0 (`rows_with_signal`); the counts above keep the whole minibatch's.
+            keep = rows_with_signal(module_batch["advantages"], module_batch["response_mask"])
+            self.metrics.log_value((module_id, TRAINED_ROWS_FRACTION), float(keep.float().mean()), window=1)
+            if not keep.any():
+                return self._zero_gradients(module_id)
+            module_batch = {k: v[keep] for k, v in module_batch.items()}
         n = module_batch["input_ids"].shape[0]
         groups = micro_batches(module_batch, self.config.micro_batch_size)
         module = self.module[module_id]
@@ -370,6 +417,16 @@ class GRPOTorchLearner(TorchLearner):
         for name, value in stats_sums.items():
             self.metrics.log_value((module_id, name), value, window=1)
         return torch.tensor(total_loss)
+
+    def _zero_gradients(self, module_id) -> torch.Tensor:
+        """A minibatch without advantage anywhere: loss 0 and zero gradients, without a forward.
+        The optimizer still steps over them, as it would have over the rows (Adam moves on its
+        momentum; a parameter left without a gradient would not move)."""
+        for p in self.module[module_id].parameters():
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self.metrics.log_value((module_id, POLICY_LOSS), 0.0, window=1)
+        return torch.tensor(0.0)
 
     def _accumulate_expert_gradients(self, module_id) -> None:
         """Backward of sft_coef * NLL, the token-mean negative log-likelihood of the next
