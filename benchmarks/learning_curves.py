@@ -175,12 +175,17 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
     `sampled_k`, also Avg@k sampled success on the evaluation tasks before and after training.
     `shuffled_advantages`: the no-credit control (`shuffled_advantage_grpo`)."""
     from rllib_agentgym.algorithms.grpo.grpo import GRPO
+    from rllib_agentgym.env_runners.llm_env_runner import concurrent_episodes
 
     cfg = GRPO.get_default_config().update_from_dict(dict(config))
     if shuffled_advantages:
         cfg.algo_class = shuffled_advantage_grpo()
     cfg.log_trajectories = 0
-    cfg.evaluation_interval = None  # evaluated here, on this curve's schedule
+    # Evaluated here, on this curve's schedule, on the training runner: its engine's KV cache
+    # holds the evaluation's episodes, played at once, as well as a training batch.
+    cfg.engine_options = {"concurrent_sequences": concurrent_episodes(cfg, evaluates=True),
+                          **dict(cfg.engine_options or {})}
+    cfg.evaluation_interval = None
     t0, c0 = time.perf_counter(), cpu_seconds()
     algo = cfg.build_algo()
     curve: list[dict[str, Any]] = []

@@ -60,3 +60,24 @@ def test_runners_size_the_cache_for_the_episodes_they_play_at_once(monkeypatch):
         assert asked[-1]["concurrent_sequences"] == (concurrent_episodes or cfg.group_size * cfg.tasks_per_iteration)
         assert asked[-1]["kv_cache_space_gb"] == 3
     assert [options["concurrent_sequences"] for options in asked] == [32, 12]  # GRPO's 8 x 4, then the batch
+
+
+def test_a_runner_that_evaluates_sizes_the_cache_for_the_evaluation_too():
+    """Evaluation on the training runners plays every evaluation task at once: TextCraft's 95
+    depth-1 and depth-2 test tasks against a training batch of 8 x 4."""
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+    from rllib_agentgym.env_runners.llm_env_runner import concurrent_episodes
+
+    def config(**evaluation):
+        return (GRPOConfig().environment("agentgym/textcraft", env_config={"split": "train"})
+                .training(group_size=8, tasks_per_iteration=4)
+                .evaluation(evaluation_config={"env_config": {"split": "test", "categories": ["depth 1", "depth 2"]}},
+                            **evaluation))
+
+    assert concurrent_episodes(config()) == 32  # no evaluation: the training batch
+    assert concurrent_episodes(config(), evaluates=True) == 95  # a caller that evaluates on it (learning_curves)
+    assert concurrent_episodes(config(evaluation_interval=5)) == 95
+    assert concurrent_episodes(config(evaluation_interval=5).env_runners(num_env_runners=2)) == 48  # its share
+    assert concurrent_episodes(config(evaluation_interval=5, evaluation_num_tasks=10)) == 32
+    # Separate evaluation runners play the evaluation: the training runners keep the batch's size.
+    assert concurrent_episodes(config(evaluation_interval=5, evaluation_num_env_runners=1)) == 32

@@ -58,6 +58,24 @@ from rllib_agentgym.envs.spec import EnvSpec, parse_react_action
 logger = logging.getLogger(__name__)
 
 
+def concurrent_episodes(config, evaluates: bool | None = None) -> int:
+    """The most episodes a training runner plays at once, which its engine's KV cache is
+    sized for (engines.cpu_kv_cache_bytes): a training batch, group_size x tasks_per_iteration,
+    or, when the Algorithm evaluates on its training runners (`evaluation_interval` set and
+    no evaluation runners; `evaluates` says so for a caller that evaluates them itself), its
+    share of the evaluation tasks, all played at once (a greedy episode each): TextCraft's 95
+    depth-1 and depth-2 test tasks against a batch of 32."""
+    training = int(config.group_size * config.tasks_per_iteration)
+    if evaluates is None:
+        evaluates = bool(config.evaluation_interval)
+    if not evaluates or config.evaluation_num_env_runners or config.in_evaluation:
+        return training
+    from rllib_agentgym.evaluation import evaluation_task_ids, select_tasks
+
+    tasks = len(select_tasks(evaluation_task_ids(config), config.evaluation_num_tasks))
+    return max(training, -(-tasks // max(1, int(config.num_env_runners))))
+
+
 @dataclass
 class RolloutResult:
     """What one runner's `sample()` returns to the algorithm."""
@@ -166,7 +184,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             "dtype": self.config.model_dtype,
             "seed": self._seed,
             "max_model_len": self.config.max_model_len,
-            "concurrent_sequences": self.config.group_size * self.config.tasks_per_iteration,
+            "concurrent_sequences": concurrent_episodes(self.config),
             **dict(self.config.engine_options or {}),
         }
         self._engine = make_engine(self.config.inference_engine, model_path, **options)
