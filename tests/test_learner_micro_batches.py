@@ -270,3 +270,20 @@ def test_a_minibatch_without_advantage_steps_on_zero_gradients_without_a_forward
     assert seen == []
     assert float(results[0]["default_policy"]["total_loss"].peek()) == 0.0
     assert results[0]["default_policy"]["trained_rows_fraction"].peek() == 0.0
+
+
+def test_trained_rows_fraction_is_the_mean_over_the_updates_minibatches(embedded_model):
+    """Minibatches of 3 rows, one group each: the first group's rewards made equal (no row
+    trains), the second's as they are (2 of 3): 1/3 over the update; the next update, both
+    groups as they are, counts its own minibatches only (2/3)."""
+    config, learner_group = _advantage_only_learner(embedded_model)
+    try:
+        for equal_first_group, expected in ((True, 1 / 3), (False, 2 / 3)):
+            batch = grpo_batch(config)
+            if equal_first_group:
+                batch.policy_batches["default_policy"]["advantages"][:3] = 0.0
+            results = learner_group.update(batch=batch, minibatch_size=3, num_epochs=1, shuffle_batch_per_epoch=False,
+                                           timesteps={"num_env_steps_sampled_lifetime": 0})
+            assert results[0]["default_policy"]["trained_rows_fraction"].peek() == pytest.approx(expected)
+    finally:
+        learner_group.shutdown()

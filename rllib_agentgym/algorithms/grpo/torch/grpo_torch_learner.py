@@ -383,10 +383,12 @@ class GRPOTorchLearner(TorchLearner):
         """Backward over the micro-batches of one module's minibatch; returns its loss."""
         counts = self._global_counts(module_batch["response_mask"])
         world = torch.distributed.get_world_size() if self.config.num_learners > 1 and torch.distributed.is_initialized() else 1
-        if self._skips_zero_advantage_rows(module_id):
+        if "advantages" in module_batch and self._skips_zero_advantage_rows(module_id):
             # Their loss and gradient are 0 (`rows_with_signal`); the counts above keep the whole minibatch's.
             keep = rows_with_signal(module_batch["advantages"], module_batch["response_mask"])
-            self.metrics.log_value((module_id, TRAINED_ROWS_FRACTION), float(keep.float().mean()), window=1)
+            # The mean over the update's minibatches.
+            self.metrics.log_value((module_id, TRAINED_ROWS_FRACTION), float(keep.float().mean()), reduce="mean",
+                                   window=None, clear_on_reduce=True)
             if not keep.any():
                 return self._zero_gradients(module_id)
             module_batch = {k: v[keep] for k, v in module_batch.items()}

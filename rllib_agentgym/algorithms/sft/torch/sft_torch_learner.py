@@ -24,6 +24,9 @@ class SFTTorchLearner(GRPOTorchLearner):
     def _wants_reference(self) -> bool:
         return False
 
+    def _skips_zero_advantage_rows(self, module_id) -> bool:
+        return False  # every expert row trains: the loss is the NLL, not an advantage-weighted surrogate
+
     def _prepare_batch(self, policy_batch, kwargs: Dict[str, Any], module_id=None) -> None:
         pass  # no reference, no old log-probs, no advantages
 
