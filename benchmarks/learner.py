@@ -191,11 +191,13 @@ def failing_half(trajectories) -> list:
 
 
 def signal_rows(arrays: dict) -> dict:
-    """The rows of a built batch with a non-zero advantage at a trained token (the learner's
-    `rows_with_signal`), as the arrays BareStep reads."""
+    """The rows of a built batch the learner trains (its `rows_with_signal`), as the arrays BareStep reads."""
     import numpy as np
+    import torch
 
-    keep = (np.asarray(arrays["advantages"]) * np.asarray(arrays["response_mask"]) != 0).any(axis=1)
+    from rllib_agentgym.algorithms.grpo.torch.grpo_torch_learner import rows_with_signal
+
+    keep = rows_with_signal(torch.as_tensor(arrays["advantages"]), torch.as_tensor(arrays["response_mask"])).numpy()
     return {k: np.asarray(arrays[k])[keep] for k in ("input_ids", "attention_mask", "response_mask")}
 
 
@@ -451,17 +453,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             arrays = batch.policy_batches["default_policy"]
             model_config = config.get_default_rl_module_spec().model_config
             bare = BareStep(args, arrays, with_reference=use_kl, model_config=model_config)
-            signal_bare = None
+            signal_bare, rows = None, {}
             if skip:
                 kept = signal_rows(arrays)
                 if not len(kept["input_ids"]):
                     raise ValueError("no_kl_skip: no group of the other half has mixed rewards; more --max-turns "
                                      "let the expert finish more episodes")
                 signal_bare = BareStep(args, kept, False, model_config)
-                result["modes"][mode] = {"rows": len(arrays["input_ids"]), "trained_rows": len(kept["input_ids"])}
+                rows = {"rows": len(arrays["input_ids"]), "trained_rows": len(kept["input_ids"])}
             sides = timed_sides(learner_group, batch, bare, MODE_LIMITS[mode], signal_bare)
-            result["modes"][mode] = {**result["modes"].get(mode, {}),
-                                     **measure(sides, MODE_LIMITS[mode], real_tokens, args.repeats)}
+            result["modes"][mode] = {**rows, **measure(sides, MODE_LIMITS[mode], real_tokens, args.repeats)}
             if args.profile:
                 result["modes"][mode]["profile"] = profile_sides(sides, Path(args.profile) / f"profile_{mode}.txt")
             del sides
