@@ -386,9 +386,9 @@ class GRPOTorchLearner(TorchLearner):
         if "advantages" in module_batch and self._skips_zero_advantage_rows(module_id):
             # Their loss and gradient are 0 (`rows_with_signal`); the counts above keep the whole minibatch's.
             keep = rows_with_signal(module_batch["advantages"], module_batch["response_mask"])
-            # The mean over the update's minibatches.
+            # The mean over the update's minibatches: Ray's mean stats start afresh at each reduce.
             self.metrics.log_value((module_id, TRAINED_ROWS_FRACTION), float(keep.float().mean()), reduce="mean",
-                                   window=None, clear_on_reduce=True)
+                                   window=None)
             if not keep.any():
                 return self._zero_gradients(module_id)
             module_batch = {k: v[keep] for k, v in module_batch.items()}
