@@ -7,6 +7,8 @@ learner as (name, tensor) pairs in Hugging Face naming.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -37,12 +39,37 @@ class InferenceEngine(Protocol):
         self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None
     ) -> list[Generation]: ...
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None: ...
+    # `partial`: the tensors are a subset on purpose (a LoRA learner's adapted layers); the rest keep theirs.
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], partial: bool = False) -> None: ...
 
     # Groups of HF module names the engine loads as one layer (all of a group's tensors or none).
     fused_modules: tuple[tuple[str, ...], ...]
 
     def shutdown(self) -> None: ...
+
+
+# vLLM's reload warns once per layer, and lists every weight, when a layer gets no tensors, then
+# keeps that layer's weights; for a partial sync that is the intent, not a failure.
+_VLLM_RELOAD_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise",
+                        "vllm.model_executor.model_loader.reload.inplace")
+
+
+@contextlib.contextmanager
+def _quiet_partial_reload(partial: bool):
+    """Raise vLLM's reload loggers to ERROR while a deliberately partial weight set loads
+    (in this process: the CPU engine runs its worker in-process)."""
+    if not partial:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in _VLLM_RELOAD_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def vllm_available() -> bool:
@@ -256,10 +283,11 @@ class VLLMEngine:
         mapping = getattr(model_cls, "packed_modules_mapping", None) or {}
         return tuple(tuple(parts) for parts in mapping.values() if len(parts) > 1)
 
-    def load_weights(self, named_tensors):
+    def load_weights(self, named_tensors, partial=False):
         # `load_weights()` after start fails on CPU (weights are repacked);
         # `reload_weights` re-runs the loader over the given tensors.
-        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(named_tensors))})
+        with _quiet_partial_reload(partial):
+            self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(named_tensors))})
         self._llm.reset_prefix_cache()
 
     def shutdown(self):
@@ -325,7 +353,7 @@ class HFEngine:
     fused_modules: tuple = ()  # every module loads on its own: any subset of tensors may come
 
     @torch.no_grad()
-    def load_weights(self, named_tensors):
+    def load_weights(self, named_tensors, partial=False):
         self._model.load_state_dict(dict(named_tensors), strict=False)
 
     def shutdown(self):

@@ -399,7 +399,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             # qkv_proj, gate_up_proj): the rest of each layer they touch goes with them.
             fused = getattr(self._engine, "fused_modules", ())
             tensors = lora_lib.whole_fused_layers(tensors, self._base_weights(), fused)
-        self._engine.load_weights(tensors.items())
+        self._engine.load_weights(tensors.items(), partial=bool(self.config.lora))
 
     def _base_weights(self) -> dict:
         """The frozen base model's weights (read once from its safetensors files), for LoRA merges."""

@@ -510,7 +510,7 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
             # qkv_proj, gate_up_proj): the rest of each layer they touch goes with them.
             fused = getattr(engine, "fused_modules", ())
             tensors = lora_lib.whole_fused_layers(tensors, self._base_weights(policy_id), fused)
-        engine.load_weights(tensors.items())
+        engine.load_weights(tensors.items(), partial=bool(self._policy_config(policy_id).lora))
 
     def _base_weights(self, policy_id: str) -> dict:
         """A policy's frozen base weights (read once from its safetensors files), for LoRA merges."""
