@@ -23,10 +23,12 @@ if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 PY="${PYTHON:-python3}"
 
 # Debian packages: Java 17 for ScienceWorld's JVM, Chromium for WebArena and
-# the viewer's browser test (Playwright cannot download a browser here).
+# the viewer's browser test (Playwright cannot download a browser here), and
+# tcmalloc for benchmarks/allocator.py (the framework itself does not preload it).
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium fonts-liberation)
+/sbin/ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal || need_apt+=(libtcmalloc-minimal4)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need_apt[@]}"

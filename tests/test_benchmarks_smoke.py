@@ -580,3 +580,19 @@ def test_kv_cache_benchmark_plays_the_same_turns_on_both_sizes(tmp_path):
     # Turn 2 finds turn 1's first full cache block (CPU blocks hold 128 tokens).
     assert sized["prefilled_tokens"] == fixed["prefilled_tokens"] < sized["prompt_tokens"]
     assert result["speedup"] > 0 and result["prefill_ratio"] == 1.0
+
+
+def test_allocator_benchmark_times_both_allocators_in_fresh_processes(tmp_path):
+    """benchmarks/allocator.py at a tiny size: each side runs in its own child process, tcmalloc
+    is in the preloaded children's address space and in no other, and both parts are timed."""
+    from benchmarks.allocator import main as allocator
+
+    out = tmp_path / "allocator.json"
+    result = allocator(["--model", "embedded", "--prompts", "2", "--prompt-tokens", "16", "--new-tokens", "4",
+                        "--rows", "1", "--seq-len", "16", "--calls", "1", "--repeats", "1", "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert result["tcmalloc_mapped"] == {"default": [False], "tcmalloc": [True]}
+    for part in ("generation", "train_step"):
+        timing = result[part]
+        assert timing["default_s"] > 0 and timing["tcmalloc_s"] > 0
+        assert timing["ratio"] == pytest.approx(timing["default_s"] / timing["tcmalloc_s"])
