@@ -12,10 +12,11 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import torch
 
+from rllib_agentgym.core.lora import whole_fused_layers
 from rllib_agentgym.core.precision import cpu_engine_dtype
 
 
@@ -70,6 +71,18 @@ def _quiet_partial_reload(partial: bool):
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
+
+
+def load_policy_weights(engine: InferenceEngine, tensors: dict, lora: bool,
+                        base_weights: Callable[[], dict]) -> None:
+    """Load a policy's synced weights into its engine. With LoRA they are the adapted layers'
+    merged weights only: each fused layer they touch is completed from `base_weights()`, and
+    the engine is told the set is partial on purpose."""
+    if lora:
+        # Merged adapted layers alone would garble the engine's fused layers (vLLM's
+        # qkv_proj, gate_up_proj): the rest of each layer they touch goes with them.
+        tensors = whole_fused_layers(tensors, base_weights(), getattr(engine, "fused_modules", ()))
+    engine.load_weights(tensors.items(), partial=lora)
 
 
 def vllm_available() -> bool:

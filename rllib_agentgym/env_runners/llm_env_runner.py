@@ -49,7 +49,7 @@ from rllib_agentgym.core import lora as lora_lib
 from rllib_agentgym.core.chat import ChatFormat
 from rllib_agentgym.core.embedded import resolve_model_path
 from rllib_agentgym.core.trajectory import Trajectory, Turn
-from rllib_agentgym.env_runners.engines import InferenceEngine, SamplingConfig, make_engine
+from rllib_agentgym.env_runners.engines import InferenceEngine, SamplingConfig, load_policy_weights, make_engine
 from rllib_agentgym.envs.client import EnvFailure
 from rllib_agentgym.envs.gym_env import text_space
 from rllib_agentgym.envs.registry import SessionFactory, get_spec
@@ -394,12 +394,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             self._load_into_engine(tensors)
 
     def _load_into_engine(self, tensors: dict) -> None:
-        if self.config.lora:
-            # Merged adapted layers alone would garble the engine's fused layers (vLLM's
-            # qkv_proj, gate_up_proj): the rest of each layer they touch goes with them.
-            fused = getattr(self._engine, "fused_modules", ())
-            tensors = lora_lib.whole_fused_layers(tensors, self._base_weights(), fused)
-        self._engine.load_weights(tensors.items(), partial=bool(self.config.lora))
+        load_policy_weights(self._engine, tensors, bool(self.config.lora), self._base_weights)
 
     def _base_weights(self) -> dict:
         """The frozen base model's weights (read once from its safetensors files), for LoRA merges."""

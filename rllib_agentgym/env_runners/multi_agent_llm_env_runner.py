@@ -76,6 +76,7 @@ from rllib_agentgym.core.trajectory import Trajectory, Turn
 from rllib_agentgym.env_runners.engines import (
     InferenceEngine,
     SamplingConfig,
+    load_policy_weights,
     make_engine,
 )
 from rllib_agentgym.env_runners.llm_env_runner import RolloutResult
@@ -505,12 +506,8 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
                 self._pending_weights[policy_id] = tensors
 
     def _load_into_engine(self, policy_id: str, engine, tensors: dict) -> None:
-        if self._policy_config(policy_id).lora:
-            # Merged adapted layers alone would garble the engine's fused layers (vLLM's
-            # qkv_proj, gate_up_proj): the rest of each layer they touch goes with them.
-            fused = getattr(engine, "fused_modules", ())
-            tensors = lora_lib.whole_fused_layers(tensors, self._base_weights(policy_id), fused)
-        engine.load_weights(tensors.items(), partial=bool(self._policy_config(policy_id).lora))
+        load_policy_weights(engine, tensors, bool(self._policy_config(policy_id).lora),
+                            lambda: self._base_weights(policy_id))
 
     def _base_weights(self, policy_id: str) -> dict:
         """A policy's frozen base weights (read once from its safetensors files), for LoRA merges."""
