@@ -37,6 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `pyt
 
 from benchmarks.common import default_dtype, emit, median, meta, model_path  # noqa: E402
 
+# What a child process needs to time the same work as its parent asked for.
+CHILD_SETTINGS = ("model", "dtype", "prompts", "prompt_tokens", "new_tokens", "rows", "seq_len", "calls")
+
+
 def find_tcmalloc() -> str:
     """The soname of a tcmalloc shared library (LD_PRELOAD resolves it on the library path);
     a clear error naming the package when there is none."""
@@ -89,7 +93,7 @@ def time_train_step(model: str, rows: int, seq_len: int, calls: int) -> list[flo
     torch.manual_seed(0)
     path = resolve_model_path(model_path(model))
     llm = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
-    ids = torch.randint(1, vocab_size(path), (rows, seq_len))
+    ids = torch.randint(1, llm.config.vocab_size, (rows, seq_len))
     seconds = []
     for _ in range(calls):
         start = time.perf_counter()
@@ -109,10 +113,9 @@ def run_child(args: argparse.Namespace, preload: str | None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     if preload:
         env["LD_PRELOAD"] = preload
-    command = [sys.executable, __file__, "--child", "--model", args.model, "--dtype", args.dtype,
-               "--prompts", str(args.prompts), "--prompt-tokens", str(args.prompt_tokens),
-               "--new-tokens", str(args.new_tokens), "--rows", str(args.rows), "--seq-len", str(args.seq_len),
-               "--calls", str(args.calls)]
+    command = [sys.executable, __file__, "--child"]
+    for name in CHILD_SETTINGS:
+        command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"child ({'tcmalloc' if preload else 'default allocator'}) failed:\n{done.stderr[-3000:]}")
@@ -162,8 +165,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "meta": meta(__file__, argv),
         "tcmalloc": tcmalloc,
         "tcmalloc_mapped": mapped,  # per child: whether tcmalloc was in its address space
-        "settings": {k: getattr(args, k) for k in ("model", "dtype", "prompts", "prompt_tokens", "new_tokens",
-                                                   "rows", "seq_len", "calls", "repeats")},
+        "settings": {k: getattr(args, k) for k in (*CHILD_SETTINGS, "repeats")},
         "generation": compare(samples["default"]["generation"], samples["tcmalloc"]["generation"]),
         "train_step": compare(samples["default"]["train"], samples["tcmalloc"]["train"]),
         "samples": samples,
