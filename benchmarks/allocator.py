@@ -74,9 +74,9 @@ def time_generation(model: str, dtype: str, prompts: int, prompt_tokens: int, ne
     seconds = []
     try:
         for _ in range(calls):
-            engine._llm.reset_prefix_cache()  # both sides start cold
+            engine.llm.reset_prefix_cache()  # both sides start cold
             start = time.perf_counter()
-            engine._llm.generate(batch, params, use_tqdm=False)
+            engine.llm.generate(batch, params, use_tqdm=False)
             seconds.append(time.perf_counter() - start)
     finally:
         engine.shutdown()
