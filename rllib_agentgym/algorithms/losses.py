@@ -19,6 +19,8 @@ import math
 import torch
 from torch import Tensor
 
+from rllib_agentgym.algorithms.advantages import masked_mean
+
 __all__ = [
     "KL_KINDS",
     "LOSS_AGG_MODES",
@@ -52,11 +54,6 @@ KL_KINDS = {
 # exp() of a log-ratio beyond this overflows float32 gradients; verl clamps too.
 _LOG_RATIO_CLAMP = 20.0
 _K3_CLAMP = 10.0
-
-
-def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp(min=1)
 
 
 # ----------------------------------------------------------------------------
@@ -226,15 +223,15 @@ def policy_loss(
     stats: dict[str, Tensor] = {}
     with torch.no_grad():
         was_clipped = clipped > unclipped
-        stats["clip_fraction"] = _masked_mean(was_clipped.float(), mask)
-        stats["clip_fraction_low"] = _masked_mean((was_clipped & (advantages < 0)).float(), mask)
-        stats["clip_fraction_high"] = _masked_mean((was_clipped & (advantages > 0)).float(), mask)
+        stats["clip_fraction"] = masked_mean(was_clipped.float(), mask)
+        stats["clip_fraction_low"] = masked_mean((was_clipped & (advantages < 0)).float(), mask)
+        stats["clip_fraction_high"] = masked_mean((was_clipped & (advantages > 0)).float(), mask)
 
     if dual_clip_c is not None:
         cap = -advantages * dual_clip_c
         dual = (advantages < 0) & (per_token > cap)
         per_token = torch.where(dual, cap, per_token)
-        stats["dual_clip_fraction"] = _masked_mean(dual.float().detach(), mask)
+        stats["dual_clip_fraction"] = masked_mean(dual.float().detach(), mask)
     else:
         stats["dual_clip_fraction"] = torch.zeros((), device=ratio.device)
 
@@ -243,8 +240,8 @@ def policy_loss(
     )
     with torch.no_grad():
         r = ratio.detach()
-        stats["approx_kl"] = _masked_mean(-log_ratio.detach(), mask)
-        stats["ratio_mean"] = _masked_mean(r, mask)
+        stats["approx_kl"] = masked_mean(-log_ratio.detach(), mask)
+        stats["ratio_mean"] = masked_mean(r, mask)
         # masked_fill instead of r[mask]: no host sync on GPU; 1.0 when nothing is valid
         any_valid = mask.any()
         one = torch.ones((), dtype=r.dtype, device=r.device)
@@ -282,14 +279,14 @@ def value_loss(
         v_clip = old_values + (values - old_values).clamp(-clip_range, clip_range)
         err_clip = (v_clip - returns).square()
         per_token = 0.5 * torch.maximum(err, err_clip)
-        frac = _masked_mean((err_clip > err).float().detach(), mask)
+        frac = masked_mean((err_clip > err).float().detach(), mask)
     loss = aggregate_loss(
         per_token, mask, loss_agg_mode, None, global_token_count, global_seq_count
     )
     stats = {
         "vf_clip_fraction": frac,
-        "value_mean": _masked_mean(values.detach(), mask),
-        "return_mean": _masked_mean(returns.detach(), mask),
+        "value_mean": masked_mean(values.detach(), mask),
+        "return_mean": masked_mean(returns.detach(), mask),
     }
     return loss, stats
 
