@@ -590,8 +590,6 @@ class GRPO(Algorithm):
 
         from ray.rllib.callbacks.utils import make_callback
 
-        from rllib_agentgym.evaluation import evaluate_during_training
-
         if parallel_train_future is not None and self.eval_env_runner_group is None:
             # `evaluation_parallel_to_training` without eval runners: the training
             # runners are busy until the training step is done.
@@ -602,7 +600,7 @@ class GRPO(Algorithm):
             callbacks_functions=self.config.callbacks_on_evaluate_start,
             kwargs=dict(algorithm=self, metrics_logger=self.metrics),
         )
-        results = evaluate_during_training(self)
+        results = self._evaluate_policies()
         make_callback(
             "on_evaluate_end",
             callbacks_objects=self.callbacks,
@@ -610,6 +608,12 @@ class GRPO(Algorithm):
             kwargs=dict(algorithm=self, metrics_logger=self.metrics, evaluation_metrics=results),
         )
         return results
+
+    def _evaluate_policies(self) -> dict:
+        """The evaluation itself, between the two callbacks: greedy Avg@1 per category."""
+        from rllib_agentgym.evaluation import evaluate_during_training
+
+        return evaluate_during_training(self)
 
     # ---- metrics and logs -------------------------------------------------------
 

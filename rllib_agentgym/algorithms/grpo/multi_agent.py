@@ -234,30 +234,9 @@ class MultiAgentGRPO(GRPO):
 
     # ---- periodic evaluation (RLlib's `evaluation_interval`) --------------------------------
 
-    def evaluate(self, parallel_train_future=None) -> dict:
+    def _evaluate_policies(self) -> dict:
         """Greedy games against `evaluation_opponent` (CoopCraft: self-play) on the
         evaluation split: see `rllib_agentgym.evaluation_multiagent`."""
-        import concurrent.futures
+        from rllib_agentgym.evaluation_multiagent import evaluate_multiagent_during_training
 
-        from ray.rllib.callbacks.utils import make_callback
-
-        from rllib_agentgym.evaluation_multiagent import (
-            evaluate_multiagent_during_training,
-        )
-
-        if parallel_train_future is not None and self.eval_env_runner_group is None:
-            concurrent.futures.wait([parallel_train_future])
-        make_callback(
-            "on_evaluate_start",
-            callbacks_objects=self.callbacks,
-            callbacks_functions=self.config.callbacks_on_evaluate_start,
-            kwargs=dict(algorithm=self, metrics_logger=self.metrics),
-        )
-        results = evaluate_multiagent_during_training(self)
-        make_callback(
-            "on_evaluate_end",
-            callbacks_objects=self.callbacks,
-            callbacks_functions=self.config.callbacks_on_evaluate_end,
-            kwargs=dict(algorithm=self, metrics_logger=self.metrics, evaluation_metrics=results),
-        )
-        return results
+        return evaluate_multiagent_during_training(self)
