@@ -47,7 +47,7 @@ from typing import Callable
 
 from rllib_agentgym.core.embedded import EMBEDDED_AGENT_NAME as AGENT_NAME
 from rllib_agentgym.core.embedded import (EmbeddedModelConfig, _fingerprint, cache_dir, config_key,
-                                         embedded_model_path)
+                                         embedded_model_path, load_model_weights)
 
 logger = logging.getLogger(__name__)
 
@@ -379,23 +379,13 @@ def save_adapter(checkpoint: str, folder: Path) -> None:
               metadata={"format": "pt"})
 
 
-def _load_weights(folder: Path) -> dict:
-    """Every tensor of a model folder's top-level *.safetensors files."""
-    from safetensors.torch import load_file
-
-    weights = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        weights.update(load_file(file))
-    return weights
-
-
 def _write_from_base(folder: Path, recipe: AgentRecipe, weights_from_base: Callable[[dict], dict]) -> None:
     """`folder` completed as a model: `weights_from_base(base weights)`, the base's config and tokenizer."""
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoTokenizer
 
     base = recipe.base_model_path()
-    save_file({k: v.contiguous() for k, v in weights_from_base(_load_weights(base)).items()},
+    save_file({k: v.contiguous() for k, v in weights_from_base(load_model_weights(base)).items()},
               folder / "model.safetensors",
               metadata={"format": "pt"})
     AutoConfig.from_pretrained(base).save_pretrained(folder)
@@ -426,7 +416,7 @@ def save_sign_delta(tuned: Path, recipe: AgentRecipe, folder: Path) -> None:
     from rllib_agentgym.core import sign_delta
 
     (folder / SIGN_DELTA_FILE).parent.mkdir(parents=True, exist_ok=True)
-    save_file(sign_delta.compress(_load_weights(recipe.base_model_path()), _load_weights(tuned)),
+    save_file(sign_delta.compress(load_model_weights(recipe.base_model_path()), load_model_weights(tuned)),
               folder / SIGN_DELTA_FILE,
               metadata={"format": "pt"})
 

@@ -134,6 +134,16 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+def load_model_weights(folder: str | Path) -> dict:
+    """Every tensor of a model folder's top-level *.safetensors files (all shards, in name order)."""
+    from safetensors.torch import load_file
+
+    weights = {}
+    for shard in sorted(Path(folder).glob("*.safetensors")):
+        weights.update(load_file(str(shard)))
+    return weights
+
+
 def build_tokenizer(vocab_size: int, whole_word_lists: tuple[str, ...] = ()):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
