@@ -31,26 +31,24 @@ instead of batching generations across episodes.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
-import ray
-from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
-from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rllib_agentgym.core import lora as lora_lib
 from rllib_agentgym.core.chat import ChatFormat
-from rllib_agentgym.core.embedded import resolve_model_path
+from rllib_agentgym.core.embedded import load_model_weights, resolve_model_path
 from rllib_agentgym.core.trajectory import Trajectory, Turn
 from rllib_agentgym.env_runners.engines import InferenceEngine, SamplingConfig, load_policy_weights, make_engine
 from rllib_agentgym.envs.client import EnvFailure
+from rllib_agentgym.env_runners.runner_state import RunnerStateMixin
 from rllib_agentgym.envs.gym_env import text_space
 from rllib_agentgym.envs.registry import SessionFactory, get_spec
 from rllib_agentgym.envs.spec import EnvSpec, parse_react_action
@@ -140,7 +138,7 @@ class _Episode:
         self.skipped = False  # the env could not grade it (info["skipped"]): discarded, counted apart
 
 
-class LLMEnvRunner(EnvRunner, Checkpointable):
+class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
         self.spec = get_spec(self.config.env)
@@ -399,43 +397,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     def _base_weights(self) -> dict:
         """The frozen base model's weights (read once from its safetensors files), for LoRA merges."""
         if self._base_weight_cache is None:
-            from safetensors.torch import load_file
-
-            folder = Path(resolve_model_path(self.config.model_path))
-            self._base_weight_cache = {}
-            for shard in sorted(folder.glob("*.safetensors")):
-                self._base_weight_cache.update(load_file(str(shard)))
+            self._base_weight_cache = load_model_weights(resolve_model_path(self.config.model_path))
         return self._base_weight_cache
 
-    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
-        return {
-            "max_turns": self._max_turns,
-            "num_sample_calls": self._num_sample_calls,
-            NUM_ENV_STEPS_SAMPLED_LIFETIME: self._env_steps_lifetime,
-            WEIGHTS_SEQ_NO: self._weights_seq_no,
-        }
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        if COMPONENT_RL_MODULE in state:
-            seq_no = state.get(WEIGHTS_SEQ_NO, 0)
-            if seq_no == 0 or seq_no > self._weights_seq_no:
-                module_state = state[COMPONENT_RL_MODULE]
-                if isinstance(module_state, ray.ObjectRef):  # remote runners get the weights by reference
-                    module_state = ray.get(module_state)
-                self.set_weights(module_state.get(DEFAULT_MODULE_ID, module_state))
-                self._weights_seq_no = seq_no
-        if "max_turns" in state:
-            self._max_turns = int(state["max_turns"])
-        if "num_sample_calls" in state:
-            self._num_sample_calls = int(state["num_sample_calls"])
-        if NUM_ENV_STEPS_SAMPLED_LIFETIME in state and state[NUM_ENV_STEPS_SAMPLED_LIFETIME] is not None:
-            self._env_steps_lifetime = int(state[NUM_ENV_STEPS_SAMPLED_LIFETIME])
-
-    def get_ctor_args_and_kwargs(self):
-        return ((), {"config": self.config})
-
-    def get_checkpointable_components(self):
-        return []
+    def _weights_to_load(self, module_state: dict) -> dict:
+        return module_state.get(DEFAULT_MODULE_ID, module_state)  # the single policy's weights
 
     def stop(self) -> None:
         def _close(session) -> None:

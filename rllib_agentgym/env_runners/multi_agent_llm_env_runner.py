@@ -57,21 +57,17 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import ray
-from ray.rllib.core import COMPONENT_RL_MODULE
 from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
-from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from envs.multiagent.registry import category, split_ids
 from rllib_agentgym.core import lora as lora_lib
 from rllib_agentgym.core.chat import ChatFormat
-from rllib_agentgym.core.embedded import resolve_model_path
+from rllib_agentgym.core.embedded import load_model_weights, resolve_model_path
 from rllib_agentgym.core.trajectory import Trajectory, Turn
 from rllib_agentgym.env_runners.engines import (
     InferenceEngine,
@@ -80,6 +76,7 @@ from rllib_agentgym.env_runners.engines import (
     make_engine,
 )
 from rllib_agentgym.env_runners.llm_env_runner import RolloutResult
+from rllib_agentgym.env_runners.runner_state import RunnerStateMixin
 from rllib_agentgym.envs.gym_env import text_space
 from rllib_agentgym.envs.multiagent_env import instruction_for, make_text_env
 from rllib_agentgym.envs.registry import family_name
@@ -201,7 +198,7 @@ def pinned_task_ids(env_name: str, split: str, task_ids: list[int] | None) -> li
     return [int(i) for i in task_ids]
 
 
-class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
+class MultiAgentLLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
         self.env_name = family_name(str(self.config.env))
@@ -512,44 +509,9 @@ class MultiAgentLLMEnvRunner(EnvRunner, Checkpointable):
     def _base_weights(self, policy_id: str) -> dict:
         """A policy's frozen base weights (read once from its safetensors files), for LoRA merges."""
         if policy_id not in self._base_weight_cache:
-            from safetensors.torch import load_file
-
-            folder = Path(resolve_model_path(self._policy_config(policy_id).model_path))
-            weights: dict = {}
-            for shard in sorted(folder.glob("*.safetensors")):
-                weights.update(load_file(str(shard)))
-            self._base_weight_cache[policy_id] = weights
+            model_path = resolve_model_path(self._policy_config(policy_id).model_path)
+            self._base_weight_cache[policy_id] = load_model_weights(model_path)
         return self._base_weight_cache[policy_id]
-
-    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
-        return {
-            "max_turns": self._max_turns,
-            "num_sample_calls": self._num_sample_calls,
-            NUM_ENV_STEPS_SAMPLED_LIFETIME: self._env_steps_lifetime,
-            WEIGHTS_SEQ_NO: self._weights_seq_no,
-        }
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        if COMPONENT_RL_MODULE in state:
-            seq_no = state.get(WEIGHTS_SEQ_NO, 0)
-            if seq_no == 0 or seq_no > self._weights_seq_no:
-                module_state = state[COMPONENT_RL_MODULE]
-                if isinstance(module_state, ray.ObjectRef):  # remote runners get the weights by reference
-                    module_state = ray.get(module_state)
-                self.set_weights(module_state)
-                self._weights_seq_no = seq_no
-        if "max_turns" in state:
-            self._max_turns = int(state["max_turns"])
-        if "num_sample_calls" in state:
-            self._num_sample_calls = int(state["num_sample_calls"])
-        if state.get(NUM_ENV_STEPS_SAMPLED_LIFETIME) is not None:
-            self._env_steps_lifetime = int(state[NUM_ENV_STEPS_SAMPLED_LIFETIME])
-
-    def get_ctor_args_and_kwargs(self):
-        return ((), {"config": self.config})
-
-    def get_checkpointable_components(self):
-        return []
 
     def stop(self) -> None:
         for env in self._envs:
