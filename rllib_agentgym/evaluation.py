@@ -374,15 +374,41 @@ def evaluation_task_ids(algo_config) -> list[int]:
 
 
 def play_at_horizon(runner, task_ids: Sequence[int], horizon: int, *, group_size: int = 1, explore: bool = False,
-                    call_index: int | None = None):
+                    call_index: int | None = None, **sample_kwargs):
     """`group_size` episodes per task at `horizon` (default: one greedy episode); the runner's
-    training horizon is kept. `call_index` fixes the draw, as in the runner's `sample`."""
+    training horizon is kept. `call_index` fixes the draw, as in the runner's `sample`, which
+    also gets `sample_kwargs` (the multi-agent runner's `policy_mapping_fn`)."""
     previous = runner.get_max_turns()
     runner.set_max_turns(horizon)
     try:
-        return runner.sample(task_ids=list(task_ids), group_size=group_size, explore=explore, call_index=call_index)
+        return runner.sample(task_ids=list(task_ids), group_size=group_size, explore=explore, call_index=call_index,
+                             **sample_kwargs)
     finally:
         runner.set_max_turns(previous)
+
+
+def play_on_evaluation_runners(algo, task_ids: Sequence[int], play: Callable) -> list:
+    """The rollouts of `play(runner, task_ids)` during training, on the evaluation EnvRunners when
+    the Algorithm has them (weights synced first), else on the training runners (their engines
+    hold the latest weights already): tasks split across the healthy remote runners, or played by
+    the local runner when there are none."""
+    from functools import partial
+
+    group = algo.eval_env_runner_group
+    if group is not None:
+        group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True, timeout_seconds=600.0)
+    else:
+        group = algo.env_runner_group
+    remote = group.healthy_env_runner_ids() if group.num_remote_env_runners() else []
+    if not remote:
+        return [play(group.local_env_runner, list(task_ids))]
+    shares = [(wid, list(task_ids[i :: len(remote)])) for i, wid in enumerate(remote)]
+    shares = [(wid, ids) for wid, ids in shares if ids]
+    return group.foreach_env_runner(
+        [partial(play, task_ids=ids) for _, ids in shares],
+        local_env_runner=False,
+        remote_worker_ids=[wid for wid, _ in shares],
+    )
 
 
 def evaluate_during_training(algo) -> dict[str, Any]:
@@ -401,22 +427,7 @@ def evaluate_during_training(algo) -> dict[str, Any]:
     cfg = algo.config
     task_ids = select_tasks(evaluation_task_ids(cfg), cfg.evaluation_num_tasks)
     horizon = int(algo.evaluation_config.max_turns)
-    group = algo.eval_env_runner_group
-    if group is not None:
-        group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True, timeout_seconds=600.0)
-    else:
-        group = algo.env_runner_group
-    remote = group.healthy_env_runner_ids() if group.num_remote_env_runners() else []
-    if remote:
-        shares = [(wid, task_ids[i :: len(remote)]) for i, wid in enumerate(remote)]
-        shares = [(wid, ids) for wid, ids in shares if ids]
-        rollouts = group.foreach_env_runner(
-            [partial(play_at_horizon, task_ids=ids, horizon=horizon) for _, ids in shares],
-            local_env_runner=False,
-            remote_worker_ids=[wid for wid, _ in shares],
-        )
-    else:
-        rollouts = [play_at_horizon(group.local_env_runner, task_ids, horizon)]
+    rollouts = play_on_evaluation_runners(algo, task_ids, partial(play_at_horizon, horizon=horizon))
     from rllib_agentgym.algorithms.rewards import refusal_rates
     from rllib_agentgym.envs.registry import get_spec
 

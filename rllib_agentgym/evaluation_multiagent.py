@@ -51,6 +51,8 @@ from rllib_agentgym.evaluation import (
     evaluation_split,
     is_algorithm_checkpoint,
     load_policy,
+    play_at_horizon,
+    play_on_evaluation_runners,
     select_tasks,
 )
 
@@ -347,16 +349,6 @@ def evaluate_multiagent_main(args) -> int:
 # ---- periodic evaluation during training ------------------------------------------------------
 
 
-def _play_seats(runner, task_ids: Sequence[int], horizon: int, group_size: int, mapping):
-    """Greedy episodes at `horizon` with `mapping`; the runner's training horizon is kept."""
-    previous = runner.get_max_turns()
-    runner.set_max_turns(horizon)
-    try:
-        return runner.sample(task_ids=list(task_ids), group_size=group_size, explore=False, policy_mapping_fn=mapping)
-    finally:
-        runner.set_max_turns(previous)
-
-
 def evaluate_multiagent_during_training(algo) -> dict[str, Any]:
     """Greedy rates on the evaluation split, as `{"env_runners": {...}}` for the Tune result.
 
@@ -375,23 +367,8 @@ def evaluate_multiagent_during_training(algo) -> dict[str, Any]:
     horizon = int(algo.evaluation_config.max_turns)
     group_size = 1 if opponent == "self" else num_agents(env, (cfg.env_config or {}).get("env_options"))
     mapping = SeatMapping(cfg.policy_mapping_fn, None if opponent == "self" else opponent)
-    group = algo.eval_env_runner_group
-    if group is not None:
-        group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True, timeout_seconds=600.0)
-    else:
-        group = algo.env_runner_group
-    remote = group.healthy_env_runner_ids() if group.num_remote_env_runners() else []
-    play = partial(_play_seats, horizon=horizon, group_size=group_size, mapping=mapping)
-    if remote:
-        shares = [(wid, task_ids[i :: len(remote)]) for i, wid in enumerate(remote)]
-        shares = [(wid, ids) for wid, ids in shares if ids]
-        rollouts = group.foreach_env_runner(
-            [partial(play, task_ids=ids) for _, ids in shares],
-            local_env_runner=False,
-            remote_worker_ids=[wid for wid, _ in shares],
-        )
-    else:
-        rollouts = [play(group.local_env_runner, task_ids)]
+    play = partial(play_at_horizon, horizon=horizon, group_size=group_size, policy_mapping_fn=mapping)
+    rollouts = play_on_evaluation_runners(algo, task_ids, play)
     scores = score_seats(llm_seats([ep for r in rollouts for ep in r.episodes]))
     overall = scores["overall"]
     results: dict[str, Any] = {
