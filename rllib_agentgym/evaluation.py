@@ -453,6 +453,16 @@ def evaluate_during_training(algo) -> dict[str, Any]:
     return {ENV_RUNNER_RESULTS: results}
 
 
+def print_and_write_report(report, args) -> None:
+    """`rllib evaluate`'s output: the report's table on stdout, and to `--markdown` / `--json` when given."""
+    table = report.markdown()
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+
+
 def evaluate_main(args) -> int:
     """`rllib evaluate` (see cli.py for the flags)."""
     from rllib_agentgym.evaluation_multiagent import checkpoint_env, evaluate_multiagent_main, is_multiagent_env
@@ -472,12 +482,7 @@ def evaluate_main(args) -> int:
         batch_episodes=args.batch_episodes, max_new_tokens=args.max_new_tokens, max_model_len=args.max_model_len,
         model_dtype=args.dtype, progress=not args.no_progress,
     )
-    table = report.markdown()
-    print(table)
-    if args.markdown:
-        Path(args.markdown).write_text(table, encoding="utf-8")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+    print_and_write_report(report, args)
     if args.episodes:
         from rllib_agentgym.run_logs import write_jsonl
 

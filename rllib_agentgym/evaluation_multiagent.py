@@ -24,7 +24,6 @@ here (see `rllib_agentgym.evaluation.evaluate_main`); `MultiAgentGRPO.evaluate`
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import time
@@ -53,6 +52,7 @@ from rllib_agentgym.evaluation import (
     load_policy,
     play_at_horizon,
     play_on_evaluation_runners,
+    print_and_write_report,
     select_tasks,
 )
 
@@ -337,12 +337,7 @@ def evaluate_multiagent_main(args) -> int:
         env_config=parse_json_arg("--env-config", args.env_config), seed=args.seed,
         batch_episodes=args.batch_episodes, max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
     )
-    table = report.markdown()
-    print(table)
-    if args.markdown:
-        Path(args.markdown).write_text(table, encoding="utf-8")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+    print_and_write_report(report, args)
     return 0
 
 
