@@ -47,8 +47,8 @@ from rllib_agentgym.core.chat import ChatFormat
 from rllib_agentgym.core.embedded import load_model_weights, resolve_model_path
 from rllib_agentgym.core.trajectory import Trajectory, Turn
 from rllib_agentgym.env_runners.engines import InferenceEngine, SamplingConfig, load_policy_weights, make_engine
-from rllib_agentgym.envs.client import EnvFailure
 from rllib_agentgym.env_runners.runner_state import RunnerStateMixin
+from rllib_agentgym.envs.client import EnvFailure
 from rllib_agentgym.envs.gym_env import text_space
 from rllib_agentgym.envs.registry import SessionFactory, get_spec
 from rllib_agentgym.envs.spec import EnvSpec, parse_react_action
