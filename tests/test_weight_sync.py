@@ -3,16 +3,21 @@ at the engine level, and through the Algorithm's own sync after a real learner u
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+import pytest
 import torch
 from gymnasium.spaces import Text
 
 from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 from rllib_agentgym.core.rl_module import LLMRLModule, load_causal_lm, state_to_numpy
-from rllib_agentgym.env_runners.engines import HFEngine, SamplingConfig, VLLMEngine
+from rllib_agentgym.core.precision import cpu_has_native
+from rllib_agentgym.env_runners.engines import HFEngine, SamplingConfig, VLLMEngine, in_dtype
 
 PROMPTS = [[1, 392, 262, 201, 41, 81], [1, 548, 75, 290, 337, 86, 201, 1]]
 GREEDY = SamplingConfig(max_new_tokens=24, temperature=0.0)
+VLLM_LOADER_LOGGER = "vllm.model_executor.models.utils"  # warns per tensor loaded into a narrower parameter
 
 
 def _hf_greedy(llm, prompts) -> list[list[int]]:
@@ -35,6 +40,48 @@ def test_state_to_numpy_keeps_bfloat16_values_exactly():
     assert out["w"].dtype == np.float32 and out["b"].dtype == np.float32
     assert torch.equal(torch.as_tensor(out["w"]).to(torch.bfloat16), bf16)  # bf16 -> fp32 -> bf16 is exact
     assert np.array_equal(out["b"], fp32.numpy())
+
+
+def test_in_dtype_rounds_floats_as_a_parameter_copy_does_and_keeps_integers():
+    weights = {"w": torch.randn(64, 7), "b": torch.randn(7).to(torch.bfloat16), "index": torch.arange(5)}
+    cast = dict(in_dtype(weights.items(), torch.bfloat16))
+    param = torch.empty(64, 7, dtype=torch.bfloat16)
+    param.copy_(weights["w"])  # what vLLM's default weight loader does with a float32 tensor
+    assert cast["w"].dtype == torch.bfloat16 and torch.equal(cast["w"], param)
+    assert cast["b"] is weights["b"]  # already the engine's dtype: not copied
+    assert cast["index"] is weights["index"]
+
+
+@pytest.mark.skipif(not cpu_has_native(torch.bfloat16), reason="a bf16 vLLM engine runs in float32 on this CPU")
+def test_float32_learner_weights_load_into_a_bfloat16_engine_without_a_warning_per_tensor(embedded_model):
+    """The learner's float32 master weights into a bf16 engine: cast before vLLM's loader, which
+    would otherwise warn once per tensor it narrows, and the same tokens as bf16 tensors give."""
+    torch.manual_seed(2)
+    module = LLMRLModule(observation_space=Text(8), action_space=Text(8), model_config={"model": embedded_model})
+    with torch.no_grad():
+        for p in module.llm.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    weights = {k: torch.as_tensor(v) for k, v in module.get_state().items()}
+    assert all(t.dtype == torch.float32 for t in weights.values())
+
+    engine = VLLMEngine(embedded_model, dtype="bfloat16", max_model_len=512, seed=0)
+    try:
+        records = []
+        catch = logging.Handler(level=logging.WARNING)
+        catch.emit = records.append
+        loader_logger = logging.getLogger(VLLM_LOADER_LOGGER)
+        loader_logger.addHandler(catch)
+        try:
+            engine.load_weights(weights.items())
+        finally:
+            loader_logger.removeHandler(catch)
+        from_float32 = [g.token_ids for g in engine.generate(PROMPTS, GREEDY)]
+        engine.load_weights({k: v.to(torch.bfloat16) for k, v in weights.items()}.items())
+        from_bfloat16 = [g.token_ids for g in engine.generate(PROMPTS, GREEDY)]
+    finally:
+        engine.shutdown()
+    assert not [r for r in records if "Attempted to load weight" in r.getMessage()]
+    assert from_float32 == from_bfloat16
 
 
 def test_bfloat16_module_state_round_trips_into_another_bfloat16_module(embedded_model):
