@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from benchmarks.common import cpu_generation, machine
 from benchmarks.env_servers import main
 from benchmarks.run_all import ROWS
 
@@ -75,6 +76,16 @@ def test_run_all_keeps_quick_runs_out_of_the_committed_results(tmp_path):
     with pytest.raises(SystemExit):
         run_all(["--only", "rollout,no_such_benchmark", "--out-dir", str(tmp_path)])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_machine_record_tells_cpu_generations_apart_where_the_model_name_does_not():
+    zen4 = {"model name": "AMD EPYC", "cpu family": "25", "model": "17", "flags": "fpu avx2 avx512f avx512_bf16"}
+    zen5 = {**zen4, "cpu family": "26", "model": "2"}
+    assert cpu_generation(zen4) == {"cpu_family": 25, "cpu_model_number": 17,
+                                    "cpu_matmul_flags": ["avx2", "avx512f", "avx512_bf16"]}
+    assert cpu_generation(zen5)["cpu_family"] == 26
+    assert cpu_generation({}) == {"cpu_family": None, "cpu_model_number": None, "cpu_matmul_flags": []}
+    assert {"cpu_model", "cpu_family", "cpu_model_number", "cpu_matmul_flags"} <= set(machine())
 
 
 def test_env_server_session_cap_fits_the_memory_budget():
