@@ -61,7 +61,10 @@ def cpu_generation(fields: dict[str, str] | None = None) -> dict[str, Any]:
     such EPYC measured as on a family-26 one (docs/learning.md, section 3)."""
     fields = _cpuinfo_first_core() if fields is None else fields
     flags = set(fields.get("flags", "").split())
-    number = (lambda key: int(fields[key]) if fields.get(key, "").isdigit() else None)
+
+    def number(key: str) -> int | None:
+        return int(fields[key]) if fields.get(key, "").isdigit() else None
+
     return {"cpu_family": number("cpu family"), "cpu_model_number": number("model"),
             "cpu_matmul_flags": [f for f in MATMUL_FLAGS if f in flags]}
 

@@ -14,6 +14,8 @@ from rllib_agentgym.core.rl_module import LLMRLModule
 from rllib_agentgym.env_runners.engines import _VLLM_RELOAD_LOGGERS, HFEngine, SamplingConfig
 from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner
 
+from log_records import records_of
+
 
 # q_proj and v_proj are two of the three parts of vLLM's fused qkv_proj, up_proj one of gate_up_proj.
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "up_proj"]}
@@ -71,18 +73,10 @@ def test_lora_sync_into_vllm_gives_transformers_tokens_of_the_merged_weights(emb
         move_adapter()
         # o_proj, down_proj, norms and embeddings are not sent: vLLM keeps them, and its
         # per-layer "Failed to load weights" warnings stay quiet for this deliberate subset.
-        records = []
-        catch = logging.Handler(level=logging.WARNING)
-        catch.emit = records.append
         loggers = [logging.getLogger(name) for name in _VLLM_RELOAD_LOGGERS]
         levels = [lg.level for lg in loggers]
-        for lg in loggers:
-            lg.addHandler(catch)
-        try:
+        with records_of(*_VLLM_RELOAD_LOGGERS) as records:
             runner.set_weights(module.get_state(inference_only=True))
-        finally:
-            for lg in loggers:
-                lg.removeHandler(catch)
         assert records == [] and [lg.level for lg in loggers] == levels
         live = [g.token_ids for g in runner._engine.generate(prompts, greedy)]
         expected_live = merged_tokens()

@@ -3,17 +3,17 @@ at the engine level, and through the Algorithm's own sync after a real learner u
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 import torch
 from gymnasium.spaces import Text
 
 from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
-from rllib_agentgym.core.rl_module import LLMRLModule, load_causal_lm, state_to_numpy
 from rllib_agentgym.core.precision import cpu_has_native
+from rllib_agentgym.core.rl_module import LLMRLModule, load_causal_lm, state_to_numpy
 from rllib_agentgym.env_runners.engines import HFEngine, SamplingConfig, VLLMEngine, in_dtype
+
+from log_records import records_of
 
 PROMPTS = [[1, 392, 262, 201, 41, 81], [1, 548, 75, 290, 337, 86, 201, 1]]
 GREEDY = SamplingConfig(max_new_tokens=24, temperature=0.0)
@@ -66,15 +66,8 @@ def test_float32_learner_weights_load_into_a_bfloat16_engine_without_a_warning_p
 
     engine = VLLMEngine(embedded_model, dtype="bfloat16", max_model_len=512, seed=0)
     try:
-        records = []
-        catch = logging.Handler(level=logging.WARNING)
-        catch.emit = records.append
-        loader_logger = logging.getLogger(VLLM_LOADER_LOGGER)
-        loader_logger.addHandler(catch)
-        try:
+        with records_of(VLLM_LOADER_LOGGER) as records:
             engine.load_weights(weights.items())
-        finally:
-            loader_logger.removeHandler(catch)
         from_float32 = [g.token_ids for g in engine.generate(PROMPTS, GREEDY)]
         engine.load_weights({k: v.to(torch.bfloat16) for k, v in weights.items()}.items())
         from_bfloat16 = [g.token_ids for g in engine.generate(PROMPTS, GREEDY)]
