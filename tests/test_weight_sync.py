@@ -120,6 +120,34 @@ def test_vllm_greedy_matches_hf_after_weight_sync(embedded_model):
     assert before != after  # the sync really changed the engine's weights
 
 
+def test_successive_syncs_each_replace_the_engines_weights(embedded_model):
+    """Training syncs every iteration into the same running engine: each load must take
+    effect, not only the first (vLLM's CPU backend repacks weights at start-up)."""
+    module = LLMRLModule(observation_space=Text(8), action_space=Text(8), model_config={"model": embedded_model})
+    start = {k: torch.as_tensor(v) for k, v in module.get_state().items()}
+
+    def moved(seed: int) -> dict:
+        g = torch.Generator().manual_seed(seed)
+        return {k: v + torch.randn(v.shape, generator=g) * 0.05 for k, v in start.items()}
+
+    first, second = moved(1), moved(2)
+    engine = VLLMEngine(embedded_model, dtype="float32", max_model_len=512, seed=0)
+    tokens = []
+    for weights in (first, second, first):
+        engine.load_weights(weights.items())
+        tokens.append([g.token_ids for g in engine.generate(PROMPTS, GREEDY)])
+    engine.shutdown()
+
+    def reference(weights: dict) -> list:
+        hf = HFEngine(embedded_model, dtype="float32")
+        hf.load_weights(weights.items())
+        return [g.token_ids for g in hf.generate(PROMPTS, GREEDY)]
+
+    assert tokens[0] == reference(first) and tokens[1] == reference(second)
+    assert tokens[1] != tokens[0]  # the second load was not ignored
+    assert tokens[2] == tokens[0]  # and loading the first again restores it exactly
+
+
 def test_algorithm_sync_after_update_reaches_the_runners_vllm(ray_local, embedded_model, tmp_path, monkeypatch):
     """The production path: GRPO.training_step() samples with the runner's vLLM, the LearnerGroup
     updates, and `env_runner_group.sync_weights` -> LLMEnvRunner.set_state loads the new weights."""
