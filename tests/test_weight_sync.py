@@ -28,6 +28,13 @@ def _hf_greedy(llm, prompts) -> list[list[int]]:
                 for p in prompts]
 
 
+def _hf_engine_greedy(model: str, weights: dict) -> list[list[int]]:
+    """Greedy tokens of transformers (the HF engine) on `model` with `weights` loaded."""
+    hf = HFEngine(model, dtype="float32")
+    hf.load_weights({k: torch.as_tensor(v) for k, v in weights.items()}.items())
+    return [g.token_ids for g in hf.generate(PROMPTS, GREEDY)]
+
+
 def _agree(engine_tokens, hf_tokens) -> bool:
     # vLLM stops at EOS; generate may pad past it: compare the engine's tokens as a prefix.
     return all(e and h[: len(e)] == e for e, h in zip(engine_tokens, hf_tokens))
@@ -109,9 +116,7 @@ def test_vllm_greedy_matches_hf_after_weight_sync(embedded_model):
     after = [g.token_ids for g in engine.generate(PROMPTS, GREEDY)]
     engine.shutdown()
 
-    hf = HFEngine(embedded_model, dtype="float32")
-    hf.load_weights({k: torch.as_tensor(v) for k, v in weights.items()}.items())
-    expected = [g.token_ids for g in hf.generate(PROMPTS, GREEDY)]
+    expected = _hf_engine_greedy(embedded_model, weights)
     # The reference: plain transformers generate on the module's own model.
     direct = _hf_greedy(module.llm, PROMPTS[:1])
 
@@ -138,12 +143,8 @@ def test_successive_syncs_each_replace_the_engines_weights(embedded_model):
         tokens.append([g.token_ids for g in engine.generate(PROMPTS, GREEDY)])
     engine.shutdown()
 
-    def reference(weights: dict) -> list:
-        hf = HFEngine(embedded_model, dtype="float32")
-        hf.load_weights(weights.items())
-        return [g.token_ids for g in hf.generate(PROMPTS, GREEDY)]
-
-    assert tokens[0] == reference(first) and tokens[1] == reference(second)
+    assert tokens[0] == _hf_engine_greedy(embedded_model, first)
+    assert tokens[1] == _hf_engine_greedy(embedded_model, second)
     assert tokens[1] != tokens[0]  # the second load was not ignored
     assert tokens[2] == tokens[0]  # and loading the first again restores it exactly
 
