@@ -267,7 +267,12 @@ def build_runner(policy: PolicySource, *, env: str | None, split: str, temperatu
     env = env or policy.algo_config.get("env")
     if not env:
         raise ValueError("give --env (e.g. agentgym/textcraft)")
-    merged_env_config = {**dict(inherited.pop("env_config", {}) or {}), **dict(env_config or {}), "split": split}
+    trained_env_config = dict(inherited.pop("env_config", {}) or {})
+    # A pinned training pool names tasks of the training split: it does not follow the policy
+    # into its evaluation (as it does not follow the in-training evaluation runners). A
+    # `task_ids` on the command line does restrict the evaluation.
+    trained_env_config.pop("task_ids", None)
+    merged_env_config = {**trained_env_config, **dict(env_config or {}), "split": split}
     overrides = dict(temperature=temperature, max_turns=max_turns, inference_engine=engine,
                      max_new_tokens=max_new_tokens, max_model_len=max_model_len)
     llm = {**inherited, **{k: v for k, v in overrides.items() if v is not None}}

@@ -186,6 +186,32 @@ def test_runner_pool_of_task_ids_and_evaluation_keeps_its_split():
         eval_runner.stop()
 
 
+def test_evaluate_does_not_inherit_a_checkpoints_training_pool():
+    """`rllib evaluate` of a checkpoint trained on a pinned pool (`task_ids`) plays the whole
+    split it is asked for, not the pool's ids; `task_ids` on the command line still restricts it."""
+    from rllib_agentgym.envs.registry import get_spec
+    from rllib_agentgym.evaluation import PolicySource, build_runner
+
+    spec = get_spec("agentgym/babyai")
+    train = spec.task_ids("train")
+    policy = PolicySource(name="pool-trained", model_path="embedded", algo_config={
+        "env": "agentgym/babyai", "env_config": {"split": "train", "task_ids": train[:3], "categories": ["GoTo"]}})
+    expected = {
+        ("test", None): spec.task_ids("test", ["GoTo"]),
+        ("train", None): spec.task_ids("train", ["GoTo"]),
+        ("train", "given"): spec.task_ids("train", ["GoTo"])[:2],
+    }
+    for (split, given), ids in expected.items():
+        env_config = {"task_ids": ids} if given else None
+        runner = build_runner(policy, env=None, split=split, temperature=0.0, max_turns=1, engine="hf",
+                              env_config=env_config, seed=0)  # lazy: no engine, no env server yet
+        try:
+            assert runner.task_ids == ids, (split, given)
+        finally:
+            runner.stop()
+    assert len(expected[("train", None)]) > 3  # the pool's 3 ids would have been a visible mistake
+
+
 def test_load_policy_model_path_and_missing_dir(tmp_path):
     assert load_policy("embedded").model_path == "embedded" and load_policy("embedded").weights is None
     with pytest.raises(FileNotFoundError):
