@@ -607,3 +607,30 @@ def test_allocator_benchmark_times_both_allocators_in_fresh_processes(tmp_path):
         timing = result[part]
         assert timing["default_s"] > 0 and timing["tcmalloc_s"] > 0
         assert timing["ratio"] == pytest.approx(timing["default_s"] / timing["tcmalloc_s"])
+
+
+def test_pool_transfer_splits_pool_and_other_goals_paired_with_the_warm_start(tmp_path):
+    from benchmarks.pool_transfer import main as pool_transfer
+
+    def report(successes: dict[int, list[bool]]) -> dict:
+        return {"k": 2, "tasks": [{"data_idx": i, "successes": s} for i, s in successes.items()]}
+
+    base = report({1: [True, False], 2: [False, False], 3: [True, True], 4: [False, True]})
+    trained = report({1: [True, True], 2: [True, False], 3: [False, False], 4: [False, True]})
+    paths = {}
+    for name, data in (("base", base), ("trained", trained), ("short", report({1: [True, True]}))):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(data))
+    out = tmp_path / "transfer.json"
+    rows = pool_transfer(["--pool", "1", "--baseline", str(paths["base"]), f"grpo={paths['trained']}", "--out", str(out)])
+    assert rows["baseline"]["pool"] == {"successes": 1, "episodes": 2, "goals": 1}
+    assert rows["baseline"]["others"] == {"successes": 3, "episodes": 6, "goals": 3, "goals_solved": 2}
+    grpo = rows["grpo"]
+    assert grpo["pool"]["successes"] == 2 and grpo["others"]["successes"] == 2
+    assert grpo["others_vs_baseline"] == {"up": 1, "down": 1, "level": 1, "net_episodes": -1}
+    assert grpo["pool_vs_baseline"] == {"up": 1, "down": 0, "level": 0, "net_episodes": 1}
+    assert json.loads(out.read_text())["pool"] == [1]
+    with pytest.raises(ValueError, match="not scored on the baseline's tasks"):
+        pool_transfer(["--pool", "1", "--baseline", str(paths["base"]), f"x={paths['short']}"])
+    with pytest.raises(ValueError, match=r"pool goals \[9\]"):
+        pool_transfer(["--pool", "9", "--baseline", str(paths["base"]), f"x={paths['trained']}"])
