@@ -253,6 +253,17 @@ _INHERITED = ("env_config", "max_model_len", "max_new_tokens", "max_turns", "inf
               "engine_options", "top_p", "env_step_threads")
 
 
+def evaluation_env_config(trained: Mapping[str, Any] | None, given: Mapping[str, Any] | None,
+                          split: str) -> dict[str, Any]:
+    """A checkpoint's training env_config, overridden by the command line's, on `split`.
+
+    A pinned training pool (`task_ids`) names tasks of the training split: it does not follow
+    the policy into its evaluation (as it does not follow the in-training evaluation runners).
+    A `task_ids` given on the command line does restrict the evaluation."""
+    trained = {k: v for k, v in dict(trained or {}).items() if k != "task_ids"}
+    return {**trained, **dict(given or {}), "split": split}
+
+
 def build_runner(policy: PolicySource, *, env: str | None, split: str, temperature: float,
                  max_turns: int | None, engine: str | None, env_config: Mapping[str, Any] | None,
                  seed: int, max_new_tokens: int | None = None, max_model_len: int | None = None,
@@ -267,12 +278,7 @@ def build_runner(policy: PolicySource, *, env: str | None, split: str, temperatu
     env = env or policy.algo_config.get("env")
     if not env:
         raise ValueError("give --env (e.g. agentgym/textcraft)")
-    trained_env_config = dict(inherited.pop("env_config", {}) or {})
-    # A pinned training pool names tasks of the training split: it does not follow the policy
-    # into its evaluation (as it does not follow the in-training evaluation runners). A
-    # `task_ids` on the command line does restrict the evaluation.
-    trained_env_config.pop("task_ids", None)
-    merged_env_config = {**trained_env_config, **dict(env_config or {}), "split": split}
+    merged_env_config = evaluation_env_config(inherited.pop("env_config", None), env_config, split)
     overrides = dict(temperature=temperature, max_turns=max_turns, inference_engine=engine,
                      max_new_tokens=max_new_tokens, max_model_len=max_model_len)
     llm = {**inherited, **{k: v for k, v in overrides.items() if v is not None}}

@@ -47,6 +47,7 @@ from rllib_agentgym.evaluation import (
     _pct,
     category_sort_key,
     chunks,
+    evaluation_env_config,
     evaluation_split,
     is_algorithm_checkpoint,
     load_policy,
@@ -258,7 +259,7 @@ def build_multiagent_runner(source: str, *, env: str | None, policy: str | None,
         raise ValueError(f"give --env, one of {', '.join(ENV_PREFIX + e for e in MULTIAGENT_ENVS)}")
     inherited = {k: loaded.algo_config[k] for k in _INHERITED if loaded.algo_config.get(k) is not None}
     inherited.pop("max_turns", None)  # games are played to their end unless --max-turns says otherwise
-    merged_env_config = {**dict(inherited.pop("env_config", {}) or {}), **dict(env_config or {}), "split": split}
+    merged_env_config = evaluation_env_config(inherited.pop("env_config", None), env_config, split)
     merged_env_config.pop("task_ids", None)
     overrides = dict(temperature=temperature, max_turns=max_turns or DEFAULT_MAX_TURNS, inference_engine=engine,
                      max_new_tokens=max_new_tokens, max_model_len=max_model_len)
