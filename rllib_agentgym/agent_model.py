@@ -66,6 +66,8 @@ class ExpertData:
     expert_options: tuple[tuple[str, object], ...] = ()  # the family ExpertAgent's options, e.g. thoughts
     shuffle_tasks: bool = False  # visit the split in a seeded random order (num < split: a spread of task types)
     categories: tuple[str, ...] = ()  # only the split's tasks of these categories (all when empty)
+    # Train-split tasks left out of the data: RL on goals the warm start never saw (docs/learning.md, 3).
+    held_out_task_ids: tuple[int, ...] = ()
 
 
 def _agent_model_config() -> EmbeddedModelConfig:
@@ -135,7 +137,7 @@ class AgentRecipe:
 _NEUTRAL_RECIPE = {"lr_warmup_iterations": 0, "observation_loss_weight": 0.0, "induction_steps": 0,
                    "copy_conversations": 0, "lr_restart_at": 0, "base_model": "", "lora": ()}
 _NEUTRAL_DATA = {"augmented_copies": 0, "augment_options": (), "expert_options": (), "shuffle_tasks": False,
-                 "categories": ()}
+                 "categories": (), "held_out_task_ids": ()}
 
 
 def _key_fields(recipe: dict) -> dict:
@@ -490,13 +492,14 @@ def write_expert_data(recipe: AgentRecipe, folder: Path, log: Callable[[str], No
         rows = expert_conversations(item.env, "train", item.num, max_steps=item.max_turns,
                                     env_options=dict(item.env_options), expert_options=dict(item.expert_options),
                                     shuffle_seed=recipe.seed + i if item.shuffle_tasks else None,
-                                    categories=item.categories)
+                                    categories=item.categories, held_out_task_ids=item.held_out_task_ids)
         rows = with_augmented_copies(rows, item.env, item.augmented_copies, seed=recipe.seed + i,
                                      options=dict(item.augment_options))
         path = folder / f"{i}-{family_name(item.env)}.jsonl"
         n = write_jsonl(path, rows)
         copies = f", {item.augmented_copies} augmented copies each" if item.augmented_copies else ""
         only = f", categories {', '.join(item.categories)}" if item.categories else ""
+        only += f", {len(item.held_out_task_ids)} tasks held out" if item.held_out_task_ids else ""
         log(f"{n} {family_name(item.env)} conversations (<= {item.max_turns} turns{copies}{only}) -> {path}")
         paths.append(str(path))
     if recipe.copy_conversations:

@@ -57,6 +57,8 @@ def test_later_recipe_options_key_the_cache_only_when_used():
     assert dataclasses.replace(recipe, data=spread).fingerprint() != recipe.fingerprint()
     shallow = (dataclasses.replace(recipe.data[0], categories=("depth 1",)), *recipe.data[1:])
     assert dataclasses.replace(recipe, data=shallow).fingerprint() != recipe.fingerprint()
+    held_out = (dataclasses.replace(recipe.data[0], held_out_task_ids=(1, 4)), *recipe.data[1:])
+    assert dataclasses.replace(recipe, data=held_out).fingerprint() != recipe.fingerprint()
 
 
 def test_build_script_recipe_variants_change_known_fields_only():
@@ -85,6 +87,9 @@ def test_build_script_recipe_variants_change_known_fields_only():
     assert renamed.fingerprint() != AgentRecipe().fingerprint()
     find = recipe_from_json('{"data": [{"env": "agentgym/sciworld", "num": 600, "max_turns": 20, "categories": ["Find"]}]}')
     assert find.data == (ExpertData("agentgym/sciworld", 600, 20, categories=("Find",)),)
+    held = recipe_from_json('{"data": [{"env": "agentgym/textcraft", "num": 800, "max_turns": 15, '
+                            '"held_out_task_ids": [1, 4]}]}', "embedded-agent-textcraft")
+    assert held.data == (ExpertData("agentgym/textcraft", 800, 15, held_out_task_ids=(1, 4)),)
     with pytest.raises(SystemExit, match="each `data` entry needs"):
         recipe_from_json('{"data": [{"env": "agentgym/textcraft", "num": 800}]}')
     with pytest.raises(SystemExit, match="non-empty list"):

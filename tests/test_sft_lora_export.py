@@ -219,3 +219,11 @@ def test_expert_conversations_of_chosen_categories_only(tmp_path):
     out = tmp_path / "shallow.jsonl"
     experts_main(["--env", "agentgym/textcraft", "--num", "3", "--out", str(out), "--categories", "depth 1"])
     assert {json.loads(line)["category"] for line in out.read_text().splitlines()} == {"depth 1"}
+
+
+def test_expert_conversations_leave_out_held_out_tasks():
+    rows = list(expert_conversations("agentgym/textcraft", "train", num=4, categories=["depth 1"],
+                                     held_out_task_ids=[1, 3]))
+    assert [row["data_idx"] for row in rows] == [2, 4, 6, 7]  # depth 1 of the train split: 1, 2, 3, 4, 6, 7, ...
+    with pytest.raises(ValueError, match=r"held-out task ids \[100000\] are not tasks"):
+        next(expert_conversations("agentgym/textcraft", "train", num=1, held_out_task_ids=[100000]))

@@ -74,14 +74,22 @@ def successful_record(spec, data_idx: int, reward: float, success: bool, message
 def expert_conversations(env: str, split: str = "train", num: int = 100, max_steps: int = 100,
                          env_options: dict | None = None, expert_options: dict | None = None,
                          shuffle_seed: int | None = None,
-                         categories: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+                         categories: Sequence[str] | None = None,
+                         held_out_task_ids: Sequence[int] = ()) -> Iterator[dict[str, Any]]:
     """Up to `num` successful expert conversations, over the split's tasks in order, or in an order
     shuffled with `shuffle_seed` (so that a `num` below the split's size spreads over its task types:
     SciWorld's split is grouped by task type); only tasks of `categories` when given (an unknown
-    category is a ValueError, as in env_config `categories`)."""
+    category is a ValueError, as in env_config `categories`), never those of `held_out_task_ids`
+    (an id outside the split is a ValueError: a typo would silently hold out nothing)."""
     spec = get_spec(env)
     check_expert_options(spec, expert_options)
     task_ids = spec.task_ids(split, categories or None)
+    if held_out_task_ids:
+        unknown = sorted(set(held_out_task_ids) - set(spec.task_ids(split, None)))
+        if unknown:
+            raise ValueError(f"held-out task ids {unknown} are not tasks of {env}'s {split} split")
+        held_out = set(held_out_task_ids)
+        task_ids = [t for t in task_ids if t not in held_out]
     if shuffle_seed is not None:
         random.Random(shuffle_seed).shuffle(task_ids)
     instance = spec.load_env_class()(**{**spec.env_options, **(env_options or {})})
