@@ -630,6 +630,12 @@ def test_pool_transfer_splits_pool_and_other_goals_paired_with_the_warm_start(tm
     assert grpo["others_vs_baseline"] == {"up": 1, "down": 1, "level": 1, "net_episodes": -1}
     assert grpo["pool_vs_baseline"] == {"up": 1, "down": 0, "level": 0, "net_episodes": 1}
     assert json.loads(out.read_text())["pool"] == [1]
+    split = pool_transfer(["--pool", "1", "--held-out", "1,2", "--baseline", str(paths["base"]), f"grpo={paths['trained']}"])
+    assert split["baseline"]["others_held_out"] == {"successes": 0, "episodes": 2, "goals": 1}
+    assert split["baseline"]["others_seen"] == {"successes": 3, "episodes": 4, "goals": 2}
+    assert split["grpo"]["others_held_out_vs_baseline"] == {"up": 1, "down": 0, "level": 0, "net_episodes": 1}
+    assert split["grpo"]["others_seen_vs_baseline"] == {"up": 0, "down": 1, "level": 1, "net_episodes": -2}
+    assert "others_held_out" not in rows["grpo"]
     with pytest.raises(ValueError, match="not scored on the baseline's tasks"):
         pool_transfer(["--pool", "1", "--baseline", str(paths["base"]), f"x={paths['short']}"])
     with pytest.raises(ValueError, match=r"pool goals \[9\]"):
