@@ -297,3 +297,37 @@ def test_old_logprobs_from_the_engine_need_the_sampling_distribution():
         GRPOConfig().environment("agentgym/textcraft").training(old_logprobs="engine").llm(top_p=0.9).validate()
     with pytest.raises(ValueError, match="old_logprobs 'rollout' unknown"):
         GRPOConfig().environment("agentgym/textcraft").training(old_logprobs="rollout").validate()
+
+
+def test_sgd_steps_each_weight_by_lr_times_its_clipped_gradient(embedded_model):
+    lr = 0.5
+    config, learner_group = _learner_group(embedded_model, lr=lr, use_kl_loss=False, grad_clip=1.0,
+                                           policy_optimizer="sgd")
+    try:
+        learner = learner_group._learner
+        optimizer = learner.get_optimizer()
+        assert isinstance(optimizer, torch.optim.SGD)
+        params = learner._params
+        before = {pid: p.detach().clone() for pid, p in params.items()}
+        stats = _update(learner_group, config)
+        (applied,) = learner.applied
+    finally:
+        learner_group.shutdown()
+    assert stats[GNORM] > 0
+    moved = 0
+    for pid, grad in applied.items():
+        # w' = w - lr * g: a weight with a small gradient takes a small step (Adam's would be ~lr).
+        torch.testing.assert_close(params[pid].detach(), before[pid] - lr * grad, rtol=0, atol=1e-6)
+        moved += int(grad.abs().max() > 0)
+    assert moved > 0
+
+
+def test_policy_optimizer_settings_are_checked():
+    base = GRPOConfig().environment("agentgym/textcraft")
+    base.training(policy_optimizer="sgd", sgd_momentum=0.9).validate()
+    with pytest.raises(ValueError, match="policy_optimizer 'lion' unknown"):
+        GRPOConfig().environment("agentgym/textcraft").training(policy_optimizer="lion").validate()
+    with pytest.raises(ValueError, match=r"sgd_momentum must be in \[0, 1\)"):
+        GRPOConfig().environment("agentgym/textcraft").training(policy_optimizer="sgd", sgd_momentum=1.0).validate()
+    with pytest.raises(ValueError, match="sgd_momentum is SGD's"):
+        GRPOConfig().environment("agentgym/textcraft").training(sgd_momentum=0.9).validate()

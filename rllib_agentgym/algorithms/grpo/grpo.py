@@ -58,6 +58,9 @@ OLD_LOGPROB_SOURCES = ("learner", "engine")  # GRPOConfig.old_logprobs
 MAIN_PROCESS_THREADS = "main_process_threads"  # a result key: torch's threads in the trial's process
 
 
+# The optimizers a policy can train with (GRPOConfig.policy_optimizer).
+POLICY_OPTIMIZERS = ("adamw", "sgd")
+
 # The settings that name a run's starting model (see GRPOConfig.resolve_warm_start).
 WARM_START_KEYS = ("model_path", "init_from", "load_checkpoint")
 
@@ -152,6 +155,12 @@ class GRPOConfig(AlgorithmConfig):
         # LoRA through peft: {r, alpha, dropout, target_modules}; None trains all weights.
         self.lora = None
         self.weight_decay = 0.0
+        # The policy's optimizer: "adamw", or "sgd" (with `sgd_momentum`). Adam moves every weight
+        # by about `lr` whatever its gradient's size, so a weight whose gradient is only sampling
+        # noise moves as far as one that carries the credit; SGD moves each in proportion to its
+        # gradient (docs/learning.md, section 3, "Plain SGD").
+        self.policy_optimizer = "adamw"
+        self.sgd_momentum = 0.0
         # RLlib settings that fit LLM training.
         self.lr = 1e-6
         self.grad_clip = 1.0
@@ -203,6 +212,8 @@ class GRPOConfig(AlgorithmConfig):
         critic_warmup: Optional[int] = NotProvided,
         lora: Optional[dict] = NotProvided,
         weight_decay: Optional[float] = NotProvided,
+        policy_optimizer: Optional[str] = NotProvided,
+        sgd_momentum: Optional[float] = NotProvided,
         **kwargs,
     ) -> "GRPOConfig":
         super().training(**kwargs)
@@ -224,6 +235,7 @@ class GRPOConfig(AlgorithmConfig):
             kl_in_reward_coef=kl_in_reward_coef, sft_coef=sft_coef, sft_data=sft_data, sft_expert=sft_expert,
             sft_batch_size=sft_batch_size, vf_lr=vf_lr, vf_loss_coeff=vf_loss_coeff,
             vf_clip_param=vf_clip_param, critic_warmup=critic_warmup, lora=lora, weight_decay=weight_decay,
+            policy_optimizer=policy_optimizer, sgd_momentum=sgd_momentum,
         ).items():
             if value is not NotProvided:
                 setattr(self, name, value)
@@ -341,6 +353,12 @@ class GRPOConfig(AlgorithmConfig):
             self._value_error("`sft_expert` needs `env` (whose expert plays the tasks)")
         if not (isinstance(self.sft_batch_size, int) and self.sft_batch_size >= 1):
             self._value_error(f"sft_batch_size must be an integer >= 1, got {self.sft_batch_size!r}")
+        if self.policy_optimizer not in POLICY_OPTIMIZERS:
+            self._value_error(f"policy_optimizer {self.policy_optimizer!r} unknown; valid: {list(POLICY_OPTIMIZERS)}")
+        if not 0 <= self.sgd_momentum < 1:
+            self._value_error(f"sgd_momentum must be in [0, 1), got {self.sgd_momentum!r}")
+        if self.sgd_momentum and self.policy_optimizer != "sgd":
+            self._value_error(f"sgd_momentum is SGD's; policy_optimizer is {self.policy_optimizer!r}")
         if self.critic_warmup < 0:
             self._value_error(f"critic_warmup must be >= 0, got {self.critic_warmup!r}")
         if self.critic_warmup and self.advantage_estimator != "gae":

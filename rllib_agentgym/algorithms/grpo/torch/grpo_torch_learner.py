@@ -185,9 +185,13 @@ class GRPOTorchLearner(TorchLearner):
         head = self._value_head_parameters(module_id)
         head_ids = {id(p) for p in head}
         policy = [p for p in self.get_parameters(self._module[module_id]) if p.requires_grad and id(p) not in head_ids]
+        if config.policy_optimizer == "sgd":
+            optimizer = torch.optim.SGD(policy, momentum=config.sgd_momentum, weight_decay=config.weight_decay)
+        else:
+            optimizer = torch.optim.AdamW(policy, weight_decay=config.weight_decay)
         self.register_optimizer(
             module_id=module_id,
-            optimizer=torch.optim.AdamW(policy, weight_decay=config.weight_decay),
+            optimizer=optimizer,
             params=policy,
             lr_or_lr_schedule=config.lr,
         )
