@@ -640,3 +640,46 @@ def test_pool_transfer_splits_pool_and_other_goals_paired_with_the_warm_start(tm
         pool_transfer(["--pool", "1", "--baseline", str(paths["base"]), f"x={paths['short']}"])
     with pytest.raises(ValueError, match=r"pool goals \[9\]"):
         pool_transfer(["--pool", "9", "--baseline", str(paths["base"]), f"x={paths['trained']}"])
+
+
+def test_matched_sgd_lr_lowers_a_linear_loss_as_much_as_adams_first_step():
+    """On L(w) = g.w, one torch Adam step at lr_adam and one SGD step at the matched lr
+    lower L by the same amount (lr_adam * |g|_1), SGD with a shorter step."""
+    import torch
+
+    from benchmarks.sgd_lr_calibration import matched_sgd_lr
+
+    g = torch.tensor([3.0, -0.01, 0.2, -1.5, 0.0004])
+    adam_lr = 1e-2
+    lr = matched_sgd_lr(adam_lr, float(g.abs().sum()), float(g.norm()))
+    assert lr == pytest.approx(adam_lr * float(g.abs().sum()) / float(g.norm()) ** 2)
+    steps = {}
+    for name, make in {"adam": lambda p: torch.optim.Adam([p], lr=adam_lr, eps=1e-12),
+                       "sgd": lambda p: torch.optim.SGD([p], lr=lr)}.items():
+        w = torch.zeros(5, requires_grad=True)
+        optimizer = make(w)
+        (g @ w).backward()
+        optimizer.step()
+        steps[name] = w.detach()
+    decrease = {name: -float(g @ step) for name, step in steps.items()}
+    assert decrease["adam"] == pytest.approx(adam_lr * float(g.abs().sum()), rel=1e-5)
+    assert decrease["sgd"] == pytest.approx(decrease["adam"], rel=1e-5)
+    assert steps["sgd"].norm() < steps["adam"].norm()
+
+
+def test_sgd_lr_calibration_records_each_adam_steps_gradient_norms(ray_local):
+    from bandit_configs import mixed_bandit_config
+    from benchmarks.sgd_lr_calibration import calibrate, matched_sgd_lr
+
+    # 4 tasks x 4 samples in minibatches of 8: two optimizer steps (groups mixed, so gradients).
+    config = mixed_bandit_config(minibatch_size=8, grad_clip=1e-3, skip_zero_advantage_rows=False).llm(
+        tasks_per_iteration=4)
+    result = calibrate(config.to_dict(), adam_lr=1e-3)
+    steps = result["steps"]
+    assert len(steps) == 2
+    for step in steps:
+        assert 0 < step["l2"] <= 1e-3 * (1 + 1e-4)  # what the optimizer got: after grad_clip
+        assert step["l1"] >= step["l2"] and step["num_weights"] > 0
+        assert step["matched_sgd_lr"] == matched_sgd_lr(1e-3, step["l1"], step["l2"])
+    assert min(s["matched_sgd_lr"] for s in steps) <= result["matched_sgd_lr_median"] <= max(
+        s["matched_sgd_lr"] for s in steps)
