@@ -10,6 +10,9 @@ the rest, with the per-goal change against the warm start:
 
 A goal is "up" when the checkpoint solves more of its k samples than the warm start did.
 
+With `--pool ""` every goal counts among the others: the per-goal change of reports scored on
+goals the pool does not hold, such as the test split's.
+
 With `--held-out IDS` (the train tasks a warm start's SFT left out, `held_out_task_ids`) the other
 goals are split again into those the warm start never saw and those it was fine-tuned on."""
 
@@ -73,7 +76,9 @@ def compare(baseline: Mapping[str, Any], arms: Mapping[str, Mapping[str, Any]], 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pool", required=True, help="the pool's task ids, comma-separated")
+    parser.add_argument("--pool", required=True,
+                        help="the pool's task ids, comma-separated; empty (\"\") when the reports are of goals "
+                             "outside the pool, such as the test split: then every goal is one of the others")
     parser.add_argument("--baseline", required=True, help="the warm start's report")
     parser.add_argument("--held-out", default="", help="task ids the warm start's SFT left out, comma-separated")
     parser.add_argument("arms", nargs="+", help="NAME=REPORT for each checkpoint's report")

@@ -636,6 +636,10 @@ def test_pool_transfer_splits_pool_and_other_goals_paired_with_the_warm_start(tm
     assert split["grpo"]["others_held_out_vs_baseline"] == {"up": 1, "down": 0, "level": 0, "net_episodes": 1}
     assert split["grpo"]["others_seen_vs_baseline"] == {"up": 0, "down": 1, "level": 1, "net_episodes": -2}
     assert "others_held_out" not in rows["grpo"]
+    # An empty pool: reports of goals outside it (the test split), compared goal by goal.
+    test_goals = pool_transfer(["--pool", "", "--baseline", str(paths["base"]), f"grpo={paths['trained']}"])
+    assert test_goals["grpo"]["pool"] == {"successes": 0, "episodes": 0, "goals": 0}
+    assert test_goals["grpo"]["others_vs_baseline"] == {"up": 2, "down": 1, "level": 1, "net_episodes": 0}
     with pytest.raises(ValueError, match="not scored on the baseline's tasks"):
         pool_transfer(["--pool", "1", "--baseline", str(paths["base"]), f"x={paths['short']}"])
     with pytest.raises(ValueError, match=r"pool goals \[9\]"):
