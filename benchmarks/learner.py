@@ -38,8 +38,9 @@ stretch; one thread by default on CPU):
   formed them by length), against `bare`.
 - `no_kl_unshared`: `share_prompt_prefix` off, every row's prompt run in full
   (the learner before it shared the prefix), against `bare_unshared` (the
-  bare step doing the same); `no_kl` reports `bare_unshared` as well, so the
-  two modes' `grpo_update_s` show what sharing saves.
+  bare step doing the same) and `bare_shared`; `no_kl` reports the other
+  setting's bare step as well (`bare_unshared` where the learner shares,
+  `bare_shared` where it does not), so the two show what sharing saves.
 
 - `no_kl_skip`: the batch's first half of the groups fail whole (their rewards
   set to 0: GRPO's advantages are 0 there), and the learner leaves those rows
@@ -48,9 +49,11 @@ stretch; one thread by default on CPU):
   bare step over the rows with advantage alone) and `bare` (every row: what
   leaving the rows out saves).
 
-The bare step shares the prompt prefix as the learner does (the tokens all
+The bare step shares the prompt prefix where the learner does (the tokens all
 rows of a micro-batch start with and none trains on run once, their KV cache
-repeated over the rows), so `bare` stays the limit of the same work.
+repeated over the rows; `share_prompt_prefix: auto`, the default, shares on a
+CPU and not on a GPU), so `bare` stays the limit of the same work; each mode
+records the learner's choice as `shared_prefix`.
 
 Padding waste = padded tokens computed / real tokens, for micro-batches cut
 in batch order and for micro-batches formed by length (what the learner
@@ -156,7 +159,7 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def grpo_config(args, use_kl: bool, share_prefix: bool = True, skip_zero_rows: bool = False):
+def grpo_config(args, use_kl: bool, share_prefix: bool | str = "auto", skip_zero_rows: bool = False):
     from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 
     return (
@@ -222,12 +225,16 @@ class BareStep:
         import torch
 
         from rllib_agentgym.core.precision import autocast
-        from rllib_agentgym.core.rl_module import cached_prefix_length, load_causal_lm, predicting_positions
+        from rllib_agentgym.core.rl_module import (
+            cached_prefix_length, load_causal_lm, predicting_positions, prefix_sharing_on,
+        )
 
         self.torch = torch
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         autocast_dtype = model_config.get("autocast")
         self.autocast = lambda: autocast(self.device.type, getattr(torch, autocast_dtype) if autocast_dtype else None)
+        # The learner's own choice ("auto": shared on a CPU only), so `bare` does the same work.
+        self.share_prefix = prefix_sharing_on(model_config.get("share_prefix", "auto"), self.device)
         weights_dtype = model_config.get("dtype", "float32")
         self.model = load_causal_lm(args.model, weights_dtype).to(self.device).train()
         self.reference = load_causal_lm(args.model, weights_dtype).to(self.device).eval() if with_reference else None
@@ -263,8 +270,9 @@ class BareStep:
         logits = logits.float()
         return logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
 
-    def step(self, full_lm_head: bool = False, reference: bool = False, share_prefix: bool = True) -> None:
+    def step(self, full_lm_head: bool = False, reference: bool = False, share_prefix: bool | None = None) -> None:
         torch = self.torch
+        share_prefix = self.share_prefix if share_prefix is None else share_prefix
         if reference:
             with torch.no_grad():
                 for ids, mask, _, positions, cached in self.micro:
@@ -323,10 +331,20 @@ MODE_LIMITS: dict[str, dict[str, dict[str, bool]]] = {
     "no_kl": {"bare": {}, "bare_full_lm_head": {"full_lm_head": True}, "bare_unshared": {"share_prefix": False}},
     "kl": {"bare_plus_ref": {"reference": True}, "bare": {}},
     "no_kl_in_order": {"bare": {}},
-    "no_kl_unshared": {"bare_unshared": {"share_prefix": False}, "bare": {}},
+    "no_kl_unshared": {"bare_unshared": {"share_prefix": False}, "bare_shared": {"share_prefix": True}},
     # `signal_rows`: the bare step over the rows with advantage only.
     "no_kl_skip": {"bare_signal_rows": {"signal_rows": True}, "bare": {}},
 }
+
+
+def mode_limits(mode: str, learner_shares_prefix: bool) -> dict[str, dict[str, bool]]:
+    """MODE_LIMITS[mode]; where the learner runs every row in full (`share_prompt_prefix: auto` on a
+    GPU), `no_kl` times the shared-prefix step as its alternative in place of `bare_unshared`."""
+    limits = dict(MODE_LIMITS[mode])
+    if mode == "no_kl" and not learner_shares_prefix:
+        del limits["bare_unshared"]
+        limits["bare_shared"] = {"share_prefix": True}
+    return limits
 
 
 def timed_sides(learner_group, batch, bare: BareStep, limits: dict[str, dict[str, bool]],
@@ -447,7 +465,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         grpo_torch_learner.micro_batches_by_length = in_batch_order if mode == "no_kl_in_order" else by_length
         try:
             skip = mode == "no_kl_skip"
-            config = grpo_config(args, use_kl, share_prefix=mode != "no_kl_unshared", skip_zero_rows=skip)
+            config = grpo_config(args, use_kl, share_prefix=False if mode == "no_kl_unshared" else "auto",
+                                 skip_zero_rows=skip)
             learner_group = build_learner_group(config)
             batch = build_batch(config, failing_half(trajectories) if skip else trajectories)
             arrays = batch.policy_batches["default_policy"]
@@ -461,8 +480,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                      "let the expert finish more episodes")
                 signal_bare = BareStep(args, kept, False, model_config)
                 rows = {"rows": len(arrays["input_ids"]), "trained_rows": len(kept["input_ids"])}
-            sides = timed_sides(learner_group, batch, bare, MODE_LIMITS[mode], signal_bare)
-            result["modes"][mode] = {**rows, **measure(sides, MODE_LIMITS[mode], real_tokens, args.repeats)}
+            limits = mode_limits(mode, bare.share_prefix)
+            sides = timed_sides(learner_group, batch, bare, limits, signal_bare)
+            result["modes"][mode] = {**rows, "shared_prefix": bare.share_prefix,
+                                     **measure(sides, limits, real_tokens, args.repeats)}
             if args.profile:
                 result["modes"][mode]["profile"] = profile_sides(sides, Path(args.profile) / f"profile_{mode}.txt")
             del sides

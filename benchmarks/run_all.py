@@ -95,6 +95,7 @@ _LEARNER_MODES = {"no_kl": "(no KL: same work as bare)", "kl": "(KL to the refer
                   "no_kl_skip": "(no KL, half the groups fail whole: their rows left out)"}
 _LEARNER_LIMITS = {"bare": "bare f+b+step", "bare_full_lm_head": "bare f+b+step, LM head on all positions",
                    "bare_plus_ref": "bare f+b+step + ref fwd", "bare_unshared": "bare f+b+step, prompt run per row",
+                   "bare_shared": "bare f+b+step, shared prefix run once",
                    "bare_signal_rows": "bare f+b+step over the rows with advantage"}
 
 

@@ -99,8 +99,8 @@ def test_env_server_session_cap_fits_the_memory_budget():
 def test_learner_benchmark_limits_per_mode(tmp_path):
     """Tiny learner benchmark: each mode's GRPO update against its limits (the KL mode's judged
     limit includes the reference forward), and run_all's rows for them."""
-    from benchmarks.learner import MODE_LIMITS
     from benchmarks.learner import main as learner
+    from benchmarks.learner import mode_limits
 
     out = tmp_path / "learner.json"
     learner(["--tasks", "1", "--group-size", "2", "--max-turns", "2", "--repeats", "1", "--micro-batch-size", "1",
@@ -108,14 +108,15 @@ def test_learner_benchmark_limits_per_mode(tmp_path):
     result = json.loads(out.read_text())
     assert result["meta"]["command"].startswith("python benchmarks/learner.py")
     for mode, m in result["modes"].items():  # --profile: each side once more, under torch.profiler
-        assert list(m["profile"]) == ["grpo", *MODE_LIMITS[mode]]
+        assert m["shared_prefix"] is True  # on a CPU `auto` shares
+        assert list(m["profile"]) == ["grpo", *mode_limits(mode, m["shared_prefix"])]
         assert all(side["wall_s"] > 0 and side["host_ops"] > 100 for side in m["profile"].values())
         tables = (tmp_path / "profiles" / f"profile_{mode}.txt").read_text()
         assert tables.count("=== ") == len(m["profile"]) and "aten::mm" in tables
     assert list(result["modes"]) == ["no_kl", "kl"]
     assert result["modes"]["no_kl"]["judged_limit"] == "bare" and result["modes"]["kl"]["judged_limit"] == "bare_plus_ref"
     for mode, m in result["modes"].items():
-        assert list(m["limits"]) == list(MODE_LIMITS[mode])
+        assert list(m["limits"]) == list(mode_limits(mode, m["shared_prefix"]))
         assert m["ratio"] == m["limits"][m["judged_limit"]]["ratio"] and m["grpo_tokens_per_s"] > 0
         assert all(len(limit["step_cpu_s"]) == 1 and limit["tokens_per_s"] > 0 for limit in m["limits"].values())
         assert all(limit["ratio_of_medians"] == limit["ratio"] for limit in m["limits"].values())  # one repeat
@@ -687,3 +688,14 @@ def test_sgd_lr_calibration_records_each_adam_steps_gradient_norms(ray_local):
         assert step["matched_sgd_lr"] == matched_sgd_lr(1e-3, step["l1"], step["l2"])
     assert min(s["matched_sgd_lr"] for s in steps) <= result["matched_sgd_lr_median"] <= max(
         s["matched_sgd_lr"] for s in steps)
+
+
+def test_learner_benchmark_times_the_other_prefix_setting_beside_the_learners():
+    """Where the learner shares the prompt prefix (`auto` on a CPU) `no_kl` also times the unshared bare
+    step; where it does not (`auto` on a GPU) the shared one; the judged `bare` is the learner's own work."""
+    from benchmarks.learner import MODE_LIMITS, mode_limits
+
+    assert mode_limits("no_kl", True) == MODE_LIMITS["no_kl"]
+    assert mode_limits("no_kl", False) == {"bare": {}, "bare_full_lm_head": {"full_lm_head": True},
+                                           "bare_shared": {"share_prefix": True}}
+    assert mode_limits("kl", False) == MODE_LIMITS["kl"] and "bare_unshared" in MODE_LIMITS["no_kl"]

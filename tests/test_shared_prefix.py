@@ -7,7 +7,10 @@ import torch
 
 from rllib_agentgym.core.rl_module import (
     MIN_SHARED_PREFIX,
+    SHARE_PREFIX_SETTINGS,
+    LLMRLModule,
     load_causal_lm,
+    prefix_sharing_on,
     shared_prefix_length,
     token_logprobs_and_entropy,
 )
@@ -126,7 +129,7 @@ def test_grpo_update_is_the_same_with_and_without_the_shared_prefix(embedded_mod
 
     calls = _record_cached_lengths(monkeypatch)
 
-    def update(share: bool):
+    def update(share: bool | str):
         config = (
             GRPOConfig()
             .environment("agentgym/textcraft")
@@ -161,6 +164,36 @@ def test_grpo_update_is_the_same_with_and_without_the_shared_prefix(embedded_mod
         torch.testing.assert_close(shared_grads[name], grad, rtol=1e-3, atol=1e-6, msg=name)
     np.testing.assert_allclose(shared_ref, full_ref, rtol=1e-4, atol=1e-5)
     assert np.abs(full_ref).sum() > 0
+    # The default, "auto", shares on this CPU learner: the same forwards as `True`.
+    assert GRPOConfig().share_prompt_prefix == "auto"
+    auto_loss, _, _ = update("auto")
+    assert calls[12:] == [PREFIX - 1] * 6 and auto_loss == shared_loss
+
+
+def test_auto_prefix_sharing_is_on_for_a_cpu_and_off_for_an_accelerator():
+    """`share_prompt_prefix: auto` shares where the learner's tensors are on a CPU only (on an H200 the
+    split forward made a step 1.75-1.83x as long: benchmarks/README.md); True / False force it."""
+    assert prefix_sharing_on("auto", torch.device("cpu"))
+    assert not prefix_sharing_on("auto", torch.device("cuda"))
+    assert not prefix_sharing_on("auto", torch.device("meta"))
+    for device in ("cpu", "cuda"):
+        assert prefix_sharing_on(True, torch.device(device)) and not prefix_sharing_on(False, torch.device(device))
+    assert SHARE_PREFIX_SETTINGS == (True, False, "auto")
+    with pytest.raises(ValueError, match="share_prefix must be one of"):
+        prefix_sharing_on("yes", torch.device("cpu"))
+
+
+def test_a_bad_share_prompt_prefix_fails_at_validate_and_in_the_module(embedded_model):
+    from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+    from rllib_agentgym.envs.gym_env import text_space
+
+    config = GRPOConfig().environment("agentgym/textcraft").llm(model_path=embedded_model).training(
+        share_prompt_prefix="sometimes")
+    with pytest.raises(ValueError, match="share_prompt_prefix must be one of"):
+        config.validate()
+    with pytest.raises(ValueError, match="share_prefix must be one of"):
+        LLMRLModule(observation_space=text_space(), action_space=text_space(),
+                    model_config={"model": embedded_model, "share_prefix": "sometimes"})
 
 
 def test_shared_prefix_under_bf16_autocast_is_as_close_to_float32_as_the_full_forward(embedded_model):

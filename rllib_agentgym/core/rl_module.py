@@ -5,8 +5,9 @@
                              or an RLlib checkpoint dir (its policy is exported once)
     dtype:                   "float32" | "bfloat16" | "float16" | "auto"
     gradient_checkpointing:  trade compute for activation memory
-    share_prefix:            run the tokens all rows of a batch start with once (default True;
-                             `shared_prefix_length`)
+    share_prefix:            run the tokens all rows of a batch start with once (`shared_prefix_length`):
+                             True, False or "auto" (the default: on where the batch is on a CPU;
+                             `prefix_sharing_on`)
     compute_entropy:         also return per-token entropy in forward_train
     entropy_grad:            keep the entropy's graph (for an entropy bonus in the loss)
     autocast:                "bfloat16" | "float16": forward_train under torch.autocast (fp32
@@ -88,6 +89,23 @@ def cached_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     return cached if cached >= MIN_SHARED_PREFIX else 0
 
 
+SHARE_PREFIX_SETTINGS = (True, False, "auto")
+
+
+def prefix_sharing_on(setting: bool | str, device: torch.device) -> bool:
+    """Whether to run the shared prompt prefix once: `setting` True / False, or "auto" = on a CPU only.
+
+    On a CPU the step's cost is its FLOPs, and running the prefix once took a third off a
+    TextCraft step. On an H200 the split forward (the prefix at batch 1, its KV cache repeated,
+    the rows over it) made a step 1.75x (Qwen2.5-0.5B shape) and 1.83x (1.5B) as long as the
+    same step with every row's prompt in full (benchmarks/README.md, "The learner's shared
+    prompt prefix" and "GPU: one H200, the learner"; why was not profiled).
+    """
+    if setting not in SHARE_PREFIX_SETTINGS:
+        raise ValueError(f"share_prefix must be one of {SHARE_PREFIX_SETTINGS}, got {setting!r}")
+    return device.type == "cpu" if setting == "auto" else bool(setting)
+
+
 def _checkpointing(llm) -> bool:
     # Checkpointed layers in training drop a KV cache (transformers' GradientCheckpointingLayer).
     return bool(getattr(llm, "is_gradient_checkpointing", False)) and llm.training
@@ -125,7 +143,7 @@ def decoder_hidden_states(llm, input_ids, attention_mask, cached: int = 0) -> to
 
 def token_logprobs_and_entropy(
     llm, input_ids, attention_mask, compute_entropy: bool = True, entropy_grad: bool = False, value_head=None,
-    token_mask: torch.Tensor | None = None, temperature: float = 1.0, share_prefix: bool = True,
+    token_mask: torch.Tensor | None = None, temperature: float = 1.0, share_prefix: bool | str = "auto",
 ) -> Dict[str, torch.Tensor]:
     """Per-token log-probs (and entropies, values) of `input_ids` under `llm` at `temperature`:
 
@@ -138,7 +156,8 @@ def token_logprobs_and_entropy(
     With `token_mask` [B, T], log-probs and entropies are computed only for the
     tokens it selects and are 0 elsewhere: the LM head and the vocabulary
     softmax run on each row's selected positions alone, gathered from the
-    decoder's hidden states. With `share_prefix` too, the tokens every row
+    decoder's hidden states. With `share_prefix` too (True, or "auto" on a CPU:
+    `prefix_sharing_on`), the tokens every row
     starts with and no row trains on (the env's instruction, or the whole
     prompt of rows from one GRPO group) run through the model once for the
     batch rather than once a row (`cached_prefix_length`); the log-probs and
@@ -152,7 +171,8 @@ def token_logprobs_and_entropy(
     cached = 0
     if _plain_lm_head(llm):
         # The value head needs every position's state, so it keeps the full forward.
-        if value_head is None and token_mask is not None and share_prefix and not _checkpointing(llm):
+        if (value_head is None and token_mask is not None and not _checkpointing(llm)
+                and prefix_sharing_on(share_prefix, input_ids.device)):
             cached = cached_prefix_length(input_ids, attention_mask, token_mask)
         states = head_inputs = decoder_hidden_states(llm, input_ids, attention_mask, cached)
         lm_head = llm.get_output_embeddings()
@@ -232,7 +252,8 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             self.value_head = torch.nn.Linear(hidden, 1)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
-        self.share_prefix = bool(cfg.get("share_prefix", True))
+        self.share_prefix = cfg.get("share_prefix", "auto")
+        prefix_sharing_on(self.share_prefix, torch.device("cpu"))  # a bad setting fails here, not in training
         self._compute_entropy = bool(cfg.get("compute_entropy", True))
         self._entropy_grad = bool(cfg.get("entropy_grad", False))
         self._autocast = getattr(torch, cfg["autocast"]) if cfg.get("autocast") else None

@@ -117,7 +117,8 @@ class GRPOConfig(AlgorithmConfig):
         self.micro_batch_size = 4  # trajectories per forward/backward (gradient accumulation)
         # The tokens a micro-batch's rows all start with (the instruction, or one group's whole prompt)
         # run through the learner's model once, not once a row: the same log-probs and gradients.
-        self.share_prompt_prefix = True
+        # "auto": on a CPU learner only (on a GPU the split forward costs more than it saves).
+        self.share_prompt_prefix = "auto"
         # Rows whose advantage is 0 at every trained token (a GRPO group whose rewards are all
         # equal) add nothing to a loss that is the clipped surrogate alone: the learner leaves
         # them out of its forward and backward passes (not with a KL, entropy or value term).
@@ -193,7 +194,7 @@ class GRPOConfig(AlgorithmConfig):
         loss_agg_mode: Optional[str] = NotProvided,
         entropy_coeff: Optional[float] = NotProvided,
         micro_batch_size: Optional[int] = NotProvided,
-        share_prompt_prefix: Optional[bool] = NotProvided,
+        share_prompt_prefix: Optional[bool | str] = NotProvided,
         skip_zero_advantage_rows: Optional[bool] = NotProvided,
         old_logprobs: Optional[str] = NotProvided,
         group_size: Optional[int] = NotProvided,
@@ -272,7 +273,7 @@ class GRPOConfig(AlgorithmConfig):
                 # Log-probs at the sampling temperature (greedy, 0, samples nothing to train on).
                 "temperature": float(self.temperature) if self.temperature and self.temperature > 0 else 1.0,
                 "gradient_checkpointing": self.gradient_checkpointing,
-                "share_prefix": bool(self.share_prompt_prefix),
+                "share_prefix": self.share_prompt_prefix,
                 "entropy_grad": bool(self.entropy_coeff),
                 "lora": self.lora,
                 "value_head": self.advantage_estimator == "gae",
@@ -309,6 +310,7 @@ class GRPOConfig(AlgorithmConfig):
         super().validate()
         from rllib_agentgym.algorithms.advantages import ESTIMATORS
         from rllib_agentgym.algorithms.losses import KL_KINDS, LOSS_AGG_MODES
+        from rllib_agentgym.core.rl_module import SHARE_PREFIX_SETTINGS
 
         if self.reward_type not in REWARD_TYPES:
             self._value_error(f"reward_type {self.reward_type!r} unknown; valid: {list(REWARD_TYPES)}")
@@ -318,6 +320,9 @@ class GRPOConfig(AlgorithmConfig):
             self._value_error(f"loss_agg_mode {self.loss_agg_mode!r} unknown; valid: {list(LOSS_AGG_MODES)}")
         if self.kl_estimator not in KL_KINDS:
             self._value_error(f"kl_estimator {self.kl_estimator!r} unknown; valid: {list(KL_KINDS)}")
+        if self.share_prompt_prefix not in SHARE_PREFIX_SETTINGS:
+            self._value_error(f"share_prompt_prefix must be one of {SHARE_PREFIX_SETTINGS}, "
+                              f"got {self.share_prompt_prefix!r}")
         for name in ("invalid_action_penalty", "invalid_turn_advantage", "repeated_refusal_advantage"):
             if not getattr(self, name) >= 0:
                 self._value_error(f"{name} must be >= 0, got {getattr(self, name)!r}")
