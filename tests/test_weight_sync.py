@@ -3,6 +3,8 @@ at the engine level, and through the Algorithm's own sync after a real learner u
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,7 @@ from log_records import records_of
 PROMPTS = [[1, 392, 262, 201, 41, 81], [1, 548, 75, 290, 337, 86, 201, 1]]
 GREEDY = SamplingConfig(max_new_tokens=24, temperature=0.0)
 VLLM_LOADER_LOGGER = "vllm.model_executor.models.utils"  # warns per tensor loaded into a narrower parameter
+VLLM_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"  # warns per layer left unloaded
 
 
 def _hf_greedy(llm, prompts) -> list[list[int]]:
@@ -84,6 +87,22 @@ def test_float32_learner_weights_load_into_a_bfloat16_engine_without_a_warning_p
     assert from_float32 == from_bfloat16
 
 
+def test_only_the_rotary_caches_reload_warning_is_dropped():
+    """vLLM warns "<layer>: Failed to load weights" for a layer a sync left unloaded. A rotary
+    embedding's cos/sin cache is never a weight, so its warning goes; any other layer's stays."""
+    from rllib_agentgym.env_runners.engines import _drop_rotary_cache_reload_warning
+
+    _drop_rotary_cache_reload_warning()
+    _drop_rotary_cache_reload_warning()  # once per process, however many engines load
+    logger = logging.getLogger(VLLM_RELOAD_LOGGER)
+    with records_of(VLLM_RELOAD_LOGGER) as records:
+        for layer in ("RotaryEmbedding", "Llama3RotaryEmbedding", "QKVParallelLinear"):
+            logger.warning("%s: Failed to load weights", layer)
+        logger.warning("%s: Delayed processing", "RotaryEmbedding")
+    assert [r.getMessage() for r in records] == ["QKVParallelLinear: Failed to load weights",
+                                                  "RotaryEmbedding: Delayed processing"]
+
+
 def test_bfloat16_module_state_round_trips_into_another_bfloat16_module(embedded_model):
     """A learner that holds its model in bfloat16 (a GPU run's `dtype: bfloat16`) hands out numpy
     weights, which RLlib needs for the object store, and a bfloat16 receiver gets them bit for bit."""
@@ -138,10 +157,14 @@ def test_successive_syncs_each_replace_the_engines_weights(embedded_model):
     first, second = moved(1), moved(2)
     engine = VLLMEngine(embedded_model, dtype="float32", max_model_len=512, seed=0)
     tokens = []
-    for weights in (first, second, first):
-        engine.load_weights(weights.items())
-        tokens.append([g.token_ids for g in engine.generate(PROMPTS, GREEDY)])
+    with records_of(VLLM_RELOAD_LOGGER) as records:
+        for weights in (first, second, first):
+            engine.load_weights(weights.items())
+            tokens.append([g.token_ids for g in engine.generate(PROMPTS, GREEDY)])
     engine.shutdown()
+
+    # A full sync loads every layer: no reload warning, not even the rotary cache's.
+    assert [r.getMessage() for r in records] == []
 
     assert tokens[0] == _hf_engine_greedy(embedded_model, first)
     assert tokens[1] == _hf_engine_greedy(embedded_model, second)

@@ -55,6 +55,26 @@ _VLLM_RELOAD_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise",
                         "vllm.model_executor.model_loader.reload.inplace")
 
 
+class _RotaryCacheReloadFilter(logging.Filter):
+    """Drops vLLM's "<X>RotaryEmbedding: Failed to load weights", which every full sync logs.
+
+    vLLM's layerwise reload counts a rotary embedding's cos/sin cache, a buffer the layer
+    computes and no checkpoint holds, as a loadable tensor; finding nothing loaded into it, the
+    reload warns and then puts the cache back, as it should. Any other layer's warning passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and isinstance(record.args, tuple)
+                    and bool(record.args) and str(record.args[0]).endswith("RotaryEmbedding"))
+
+
+def _drop_rotary_cache_reload_warning() -> None:
+    """Install `_RotaryCacheReloadFilter` once on vLLM's layerwise reload logger (in this
+    process: the CPU engine runs its worker in-process)."""
+    logger = logging.getLogger(_VLLM_RELOAD_LOGGERS[0])
+    if not any(isinstance(f, _RotaryCacheReloadFilter) for f in logger.filters):
+        logger.addFilter(_RotaryCacheReloadFilter())
+
+
 @contextlib.contextmanager
 def _quiet_partial_reload(partial: bool):
     """Raise vLLM's reload loggers to ERROR while a deliberately partial weight set loads
@@ -311,6 +331,7 @@ class VLLMEngine:
         # `load_weights()` after start fails on CPU (weights are repacked);
         # `reload_weights` re-runs the loader over the given tensors.
         tensors = list(in_dtype(named_tensors, self._llm.llm_engine.model_config.dtype))
+        _drop_rotary_cache_reload_warning()
         with _quiet_partial_reload(partial):
             self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors)})
         self._llm.reset_prefix_cache()
