@@ -243,6 +243,7 @@ class VLLMEngine:
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE_CAPACITY_DEFAULT))
+        _drop_rotary_cache_reload_warning()
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -331,7 +332,6 @@ class VLLMEngine:
         # `load_weights()` after start fails on CPU (weights are repacked);
         # `reload_weights` re-runs the loader over the given tensors.
         tensors = list(in_dtype(named_tensors, self._llm.llm_engine.model_config.dtype))
-        _drop_rotary_cache_reload_warning()
         with _quiet_partial_reload(partial):
             self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors)})
         self._llm.reset_prefix_cache()
