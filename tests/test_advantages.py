@@ -386,6 +386,66 @@ class TestOutcomeRewards:
             cfg.validate()
 
 
+class TestProgressReward:
+    """`progress_reward`: the most info["progress"] an episode reached, added to its reward."""
+
+    @staticmethod
+    def trajectories():
+        from rllib_agentgym.core.trajectory import Trajectory, Turn
+
+        def episode(progress, success, invalid=()):
+            t = Trajectory(env="textcraft", data_idx=0, group_id=0, reward=float(success), success=success)
+            t.turns = [Turn("obs", "Action: x", "x", reward=float(success and k == len(progress) - 1),
+                            invalid_action=k in invalid, progress=p) for k, p in enumerate(progress)]
+            return t
+
+        # Every sample of the group fails but one; the failures got different shares of the way.
+        return [episode([1 / 3, 2 / 3, 1.0], True), episode([1 / 3, 1 / 3, 2 / 3], False, invalid=(1,)),
+                episode([0.0, 0.0, 0.0], False), episode([None, None], False)]
+
+    def test_outcome_adds_the_most_progress(self):
+        from rllib_agentgym.algorithms.rewards import outcome_rewards
+
+        trajs = self.trajectories()
+        assert outcome_rewards(trajs, "return", progress_reward=0.5).tolist() == pytest.approx([1.5, 1 / 3, 0.0, 0.0])
+        assert outcome_rewards(trajs, "success", 0.1, 0.5).tolist() == pytest.approx([1.5, 1 / 3 - 0.1, 0.0, 0.0])
+        assert outcome_rewards(trajs, "return").tolist() == [1.0, 0.0, 0.0, 0.0]  # off by default
+        # Without it the three failures tie at zero advantage; with it the one that got further leads.
+        groups = torch.zeros(3, dtype=torch.long)
+        sparse = grpo_advantages(torch.as_tensor(outcome_rewards(trajs[1:], "return")), groups)
+        dense = grpo_advantages(torch.as_tensor(outcome_rewards(trajs[1:], "return", progress_reward=0.5)), groups)
+        close(sparse, [0.0, 0.0, 0.0])
+        assert dense[0] > 0 > dense[1]
+
+    def test_turn_rewards_pay_each_rise_of_the_running_maximum_and_sum_to_the_outcome(self):
+        from rllib_agentgym.algorithms.rewards import outcome_rewards, turn_rewards
+
+        trajs = self.trajectories()
+        trajs[1].turns[2].progress = 0.0  # a report below an earlier one pays nothing and takes nothing back
+        assert turn_rewards(trajs[1], "return", progress_reward=0.6).tolist() == pytest.approx([0.2, 0.0, 0.0])
+        assert turn_rewards(trajs[0], "success", progress_reward=0.6).tolist() == pytest.approx([0.2, 0.2, 1.2])
+        for reward_type in ("return", "success"):
+            sums = [turn_rewards(t, reward_type, 0.1, 0.6).sum() for t in trajs]
+            assert sums == pytest.approx(outcome_rewards(trajs, reward_type, 0.1, 0.6).tolist())
+
+    def test_trajectory_progress_and_its_logged_mean(self):
+        from rllib_agentgym.algorithms.rewards import progress_stats
+
+        trajs = self.trajectories()
+        assert [t.progress for t in trajs] == pytest.approx([1.0, 2 / 3, 0.0, None])
+        assert trajs[0].summary()["progress"] == 1.0
+        # Only episodes whose env reports progress count; an env without it logs none.
+        assert progress_stats(trajs) == {"progress_mean": pytest.approx(5 / 9)}
+        assert progress_stats(trajs[3:]) == {}
+
+    def test_config_rejects_a_negative_progress_reward(self):
+        from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
+
+        cfg = GRPOConfig().environment("agentgym/textcraft").training(progress_reward=-0.5)
+        with pytest.raises(ValueError, match="progress_reward"):
+            cfg.validate()
+
+
 class TestInvalidTurnAdvantage:
     """`invalid_turn_advantage`: a cost on the refused turn's own tokens."""
 

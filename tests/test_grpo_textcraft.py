@@ -44,6 +44,8 @@ def test_textcraft_cpu_yaml_trains_checkpoints_and_restores(ray_local, tmp_path)
         for key in ("episode_return_mean", "success_rate", "num_turns_mean", "generated_tokens_per_s"):
             assert key in r["env_runners"]
         assert r["env_runners"]["num_episodes"] == 4
+        # TextCraft reports info["progress"] every step; the runner keeps it per turn.
+        assert 0.0 <= r["env_runners"]["progress_mean"] <= 1.0
     # TensorBoard event files (Tune's scalars and our extras), trajectories for the viewer.
     assert list(trial.glob("events.out.tfevents.*"))
     scalars = tensorboard_scalars(trial)

@@ -11,7 +11,8 @@ commands, as in AgentGym), applied a whole number of times: N must be a
 multiple of the recipe's output count and every ingredient count the same
 multiple of the recipe's. The episode ends with reward 1 as soon as the goal
 item is in the inventory. Anything else costs a step and answers a message
-saying what was wrong, with info["invalid_action"] = True.
+saying what was wrong, with info["invalid_action"] = True. Every step's
+info["progress"] is the share of the goal's requirements met so far (`progress`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import re
 
 from envs.common.env import StepResult
+from envs.textcraft.progress import progress, requirements
 from envs.textcraft.recipes import RecipeBook, item_name, load_recipe_book
 from envs.textcraft.tasks import Task, build_task
 
@@ -53,6 +55,8 @@ class TextCraftEnv:
         self._book: RecipeBook = load_recipe_book()
         self._task: Task | None = None
         self._inventory: dict[str, int] = {}
+        self._obtained: dict[str, int] = {}  # running totals fetched or crafted, for info["progress"]
+        self._needs: dict[str, int] = {}
         self._observation = ""
         self._done = False
 
@@ -61,8 +65,10 @@ class TextCraftEnv:
     def reset(self, data_idx: int) -> str:
         self._task = build_task(int(data_idx), self.max_distractors)
         self._inventory = {}
+        self._obtained = {}
         self._done = False
         self._observation = self._task.observation()
+        self._needs = requirements(self._observation)
         return self._observation
 
     def step(self, action: str) -> StepResult:
@@ -70,7 +76,7 @@ class TextCraftEnv:
             raise RuntimeError("call reset(data_idx) before step()")
         if self._done:
             self._observation = f"The goal {self._task.goal} is already crafted; the episode is over."
-            return StepResult(self._observation, 0.0, True, {"success": True, "invalid_action": True})
+            return StepResult(self._observation, 0.0, True, {"success": True, "invalid_action": True, "progress": 1.0})
         try:
             self._observation = self._execute(action)
             invalid = False
@@ -79,7 +85,9 @@ class TextCraftEnv:
             invalid = True
         self._done = self._inventory.get(self._task.goal, 0) > 0
         reward = 1.0 if self._done else 0.0
-        return StepResult(self._observation, reward, self._done, {"success": self._done, "invalid_action": invalid})
+        reached = 1.0 if self._done else progress(self._needs, self._obtained)
+        return StepResult(self._observation, reward, self._done,
+                          {"success": self._done, "invalid_action": invalid, "progress": reached})
 
     def observation(self) -> str:
         return self._observation
@@ -87,6 +95,7 @@ class TextCraftEnv:
     def close(self) -> None:
         self._task = None
         self._inventory = {}
+        self._obtained = {}
 
     # -- task facts (the /commands and /goal routes) -----------------------
 
@@ -136,6 +145,7 @@ class TextCraftEnv:
                 raise ActionFailed(f"Could not find {item}. It cannot be fetched; craft it instead.")
             raise ActionFailed(f"Could not find {item}. There is no such base item.")
         self._inventory[item] = self._inventory.get(item, 0) + count
+        self._obtained[item] = self._obtained.get(item, 0) + count
         return f"Got {count} {item}"
 
     def _craft(self, text: str, count: int, target: str, using: str) -> str:
@@ -175,4 +185,5 @@ class TextCraftEnv:
             else:
                 del self._inventory[item]
         self._inventory[target] = self._inventory.get(target, 0) + count
+        self._obtained[target] = self._obtained.get(target, 0) + count
         return f"Crafted {count} {target}"

@@ -128,6 +128,12 @@ class ExpertAgent:
         return steps
 
 
+def expert_actions(task_text: str) -> list[str]:
+    """The expert's actions for a fresh task, in order (its plan without the thoughts)."""
+    commands, goal = parse_task(task_text)
+    return [action for _, action in ExpertAgent._search(commands, goal)]
+
+
 def _recipe_tree(commands: dict[str, Command], goal: str) -> list[str]:
     """"item: <its listed command>" / "item: base" for each item under `goal`, depth first, once each."""
     lines: list[str] = []

@@ -23,6 +23,16 @@ An outcome reward alone credits a whole trajectory: a sample that wastes turns
 on actions the env cannot take and still succeeds scores like a clean one, and
 in a hard group it can beat the group's mean. The penalty ranks such samples
 below their clean siblings.
+
+`progress_reward` b adds b times the most progress p the episode reached, for
+envs that report it (info["progress"] in [0, 1], 1 on success; TextCraft):
+
+    R' = R + b * max_t p_t - c * #{t : turn t invalid}
+
+A sparse outcome gives a group whose samples all fail no signal at all; with
+progress, the sample that fetched the goal's ingredients ranks above the one
+that fetched an item the task never names. Per turn (`turn_rewards`) the same
+bonus arrives as b times each turn's rise of the running maximum of p.
 """
 
 from __future__ import annotations
@@ -37,9 +47,9 @@ REWARD_TYPES = ("return", "success")
 
 
 def outcome_rewards(trajectories: Sequence[Trajectory], reward_type: str = "return",
-                    invalid_action_penalty: float = 0.0) -> np.ndarray:
-    """[B] float32 outcome rewards: the summed env reward or 1[success], minus
-    `invalid_action_penalty` per invalid turn (see module doc)."""
+                    invalid_action_penalty: float = 0.0, progress_reward: float = 0.0) -> np.ndarray:
+    """[B] float32 outcome rewards: the summed env reward or 1[success], plus `progress_reward`
+    times the episode's most progress, minus `invalid_action_penalty` per invalid turn (module doc)."""
     if reward_type == "return":
         rewards = np.array([t.reward for t in trajectories], dtype=np.float32)
     elif reward_type == "success":
@@ -49,14 +59,18 @@ def outcome_rewards(trajectories: Sequence[Trajectory], reward_type: str = "retu
     if invalid_action_penalty:
         invalid = np.array([sum(turn.invalid_action for turn in t.turns) for t in trajectories], dtype=np.float32)
         rewards = rewards - np.float32(invalid_action_penalty) * invalid
+    if progress_reward:
+        reached = np.array([t.progress or 0.0 for t in trajectories], dtype=np.float32)
+        rewards = rewards + np.float32(progress_reward) * reached
     return rewards
 
 
 def turn_rewards(trajectory: Trajectory, reward_type: str = "return",
-                 invalid_action_penalty: float = 0.0) -> np.ndarray:
+                 invalid_action_penalty: float = 0.0, progress_reward: float = 0.0) -> np.ndarray:
     """[num_turns] float64 rewards r_k of one trajectory's turns, with sum_k r_k equal to
     its `outcome_rewards` entry: the env's reward of turn k ("return") or 1[success] on
-    the last turn ("success"), minus `invalid_action_penalty` on each invalid turn."""
+    the last turn ("success"), minus `invalid_action_penalty` on each invalid turn, plus
+    `progress_reward` times turn k's rise of the running maximum of the reported progress."""
     n = len(trajectory.turns)
     if reward_type == "return":
         rewards = np.array([turn.reward for turn in trajectory.turns], dtype=np.float64)
@@ -68,6 +82,9 @@ def turn_rewards(trajectory: Trajectory, reward_type: str = "return",
         raise ValueError(f"reward_type {reward_type!r} unknown; valid: {list(REWARD_TYPES)}")
     if invalid_action_penalty:
         rewards -= invalid_action_penalty * np.array([turn.invalid_action for turn in trajectory.turns], dtype=np.float64)
+    if progress_reward and n:
+        reached = np.maximum.accumulate([turn.progress or 0.0 for turn in trajectory.turns])
+        rewards += progress_reward * np.diff(reached, prepend=0.0)
     return rewards
 
 
@@ -104,3 +121,10 @@ def refusal_rates(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     turns = max(sum(len(t.turns) for t in trajectories), 1)
     return {"invalid_action_rate": float(invalid_turn_flags(trajectories).sum()) / turns,
             "repeated_refusal_rate": float(repeated_refusal_flags(trajectories).sum()) / turns}
+
+
+def progress_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """`progress_mean`, the mean of each episode's most progress, where the env reports progress
+    (empty otherwise: an env without it would read as no progress)."""
+    reached = [t.progress for t in trajectories if t.progress is not None]
+    return {"progress_mean": float(np.mean(reached))} if reached else {}

@@ -43,7 +43,8 @@ def anchor_key(trajectory: Trajectory, k: int, kind: str = "observation") -> Has
 
 
 def step_arrays(trajectories: Sequence[Trajectory], reward_type: str = "return", invalid_action_penalty: float = 0.0,
-                gamma: float = 1.0, anchor: str = "observation") -> tuple[np.ndarray, np.ndarray]:
+                gamma: float = 1.0, anchor: str = "observation",
+                progress_reward: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """``(step_returns, anchor_ids)``, both [B, K] with K the most turns of a trajectory:
     the return from turn k on, G_k = r_k + gamma * G_{k+1} over `turn_rewards`
     (`advantages.reinforce_pp_returns` with the turns as timesteps), and an id per
@@ -53,7 +54,7 @@ def step_arrays(trajectories: Sequence[Trajectory], reward_type: str = "return",
     anchor_ids = np.full((len(trajectories), width), -1, dtype=np.int64)
     ids: dict[tuple[int, Hashable], int] = {}
     for i, trajectory in enumerate(trajectories):
-        rewards[i, : len(trajectory.turns)] = turn_rewards(trajectory, reward_type, invalid_action_penalty)
+        rewards[i, : len(trajectory.turns)] = turn_rewards(trajectory, reward_type, invalid_action_penalty, progress_reward)
         for k in range(len(trajectory.turns)):
             anchor_ids[i, k] = ids.setdefault((trajectory.group_id, anchor_key(trajectory, k, anchor)), len(ids))
     returns = reinforce_pp_returns(torch.from_numpy(rewards), torch.from_numpy(anchor_ids >= 0), gamma)

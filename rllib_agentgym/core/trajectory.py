@@ -22,6 +22,7 @@ class Turn:
     reward: float = 0.0
     valid_format: bool = True
     invalid_action: bool = False  # the env refused the action (info["invalid_action"]) or it was unparseable
+    progress: float | None = None  # info["progress"] after the action, where the env reports it (TextCraft)
 
 
 @dataclass
@@ -54,6 +55,12 @@ class Trajectory:
         return len(self.turns)
 
     @property
+    def progress(self) -> float | None:
+        """The most progress towards the goal any turn reached (None if the env reports none)."""
+        reported = [t.progress for t in self.turns if t.progress is not None]
+        return max(reported) if reported else None
+
+    @property
     def num_generated_tokens(self) -> int:
         return int(sum(self.loss_mask))
 
@@ -66,6 +73,7 @@ class Trajectory:
             "category": self.category,
             "reward": self.reward,
             "success": self.success,
+            "progress": self.progress,
             "num_turns": self.num_turns,
             "done": self.done,
             "truncated": self.truncated,

@@ -308,7 +308,9 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
                     result.format_errors[error] = result.format_errors.get(error, 0) + 1
                 traj = e.trajectory
                 refused = error is not None or bool(step.info.get("invalid_action", False))
-                traj.turns.append(Turn(e.observation, text, action, float(step.reward), error is None, refused))
+                progress = step.info.get("progress")
+                traj.turns.append(Turn(e.observation, text, action, float(step.reward), error is None, refused,
+                                       None if progress is None else float(progress)))
                 traj.reward += float(step.reward)
                 traj.success = traj.success or bool(step.info.get("success", False))
                 e.skipped = bool(step.info.get("skipped", False))

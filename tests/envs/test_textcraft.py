@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from envs.textcraft import tasks
 from envs.textcraft.env import TextCraftEnv
 from envs.textcraft.expert import ExpertAgent
+from envs.textcraft.progress import progress, requirements
 from envs.textcraft.recipes import load_recipe_book
 from envs.textcraft.server import create_app
 from loopback import serve_module
@@ -26,20 +27,21 @@ def _ids_per_depth(per_depth: int) -> list[int]:
     return [i for ids in picked.values() for i in ids[:per_depth]]
 
 
-def _run_expert(env) -> tuple[bool, list[str], list[float]]:
-    """Play one reset task with the expert; (success, observations, rewards)."""
+def _run_expert(env) -> tuple[bool, list[str], list[float], list[float]]:
+    """Play one reset task with the expert; (success, observations, rewards, progress)."""
     agent = ExpertAgent(env)
-    obs, observations, rewards = env.observation(), [], []
+    obs, observations, rewards, reached = env.observation(), [], [], []
     for _ in range(MAX_EXPERT_STEPS):
         _, action = agent.act(obs)
         result = env.step(action)
         obs = result.observation
         observations.append(obs)
         rewards.append(result.reward)
+        reached.append(result.info["progress"])
         assert not result.info["invalid_action"], (action, obs)
         if result.done:
-            return bool(result.info["success"]), observations, rewards
-    return False, observations, rewards
+            return bool(result.info["success"]), observations, rewards, reached
+    return False, observations, rewards, reached
 
 
 class _HttpEnv:
@@ -148,8 +150,37 @@ def test_invalid_and_impossible_actions_answer_clearly(action, message):
     env.reset(0)
     result = env.step(action)
     assert result.observation.startswith(message), result.observation
-    assert (result.reward, result.done, result.info) == (0.0, False, {"success": False, "invalid_action": True})
+    assert (result.reward, result.done, result.info) == (0.0, False, {"success": False, "invalid_action": True, "progress": 0.0})
     assert env.observation() == result.observation
+
+
+def test_progress_is_the_share_of_the_plans_requirements_met_and_never_falls():
+    env = TextCraftEnv()
+    observation = env.reset(tasks.goal_index("crafting table"))
+    # This task lists the dark oak route; its plan gets 1 stripped log, crafts 4 planks, then the table.
+    assert requirements(observation) == {"stripped dark oak log": 1, "dark oak planks": 4, "crafting table": 1}
+    steps = [("get 1 oak log", 0.0), ("get 1 stripped dark oak log", 1 / 3), ("dance", 1 / 3),
+             ("craft 4 dark oak planks using 1 stripped dark oak log", 2 / 3)]
+    for action, expected in steps:
+        assert env.step(action).info["progress"] == pytest.approx(expected), action
+    # Crafting spends the planks; what was obtained still counts, and the goal is all of it.
+    done = env.step("craft 1 crafting table using 4 dark oak planks")
+    assert done.info == {"success": True, "invalid_action": False, "progress": 1.0}
+    assert env.reset(tasks.goal_index("crafting table")) == observation
+    assert env.step("inventory").info["progress"] == 0.0  # a new episode starts from nothing
+
+
+def test_progress_counts_the_total_obtained_and_the_goal_by_any_recipe():
+    env = TextCraftEnv()
+    env.reset(tasks.goal_index("crafting table"))
+    assert env.step("get 1 stripped dark oak log").info["progress"] == pytest.approx(1 / 3)
+    assert env.step("craft 4 dark oak planks using 1 stripped dark oak log").info["progress"] == pytest.approx(2 / 3)
+    # The table from oak planks, a recipe the listed commands do not name, still reaches the goal.
+    env.step("get 1 oak log")
+    env.step("craft 4 oak planks using 1 oak log")
+    assert env.step("craft 1 crafting table using 4 oak planks").info["progress"] == 1.0
+    assert progress({"a": 2, "b": 1}, {"a": 1, "b": 5}) == 0.5  # a needs 2 in all
+    assert progress({}, {"a": 1}) == 0.0
 
 
 def test_actions_are_lenient_about_case_underscores_and_a_final_period():
@@ -173,8 +204,14 @@ def test_expert_solves_every_task_in_process():
     solved: Counter[str] = Counter()
     for i in range(tasks.num_tasks()):
         env.reset(i)
-        success, _, rewards = _run_expert(env)
+        success, _, rewards, reached = _run_expert(env)
         assert success and rewards[-1] == 1.0 and sum(rewards) == 1.0, i
+        # An action obtains one item, so it meets at most one requirement: progress climbs
+        # through every k/n, n the requirements, to 1 with the goal (a first `get` of an item
+        # the plan gets twice meets none yet).
+        n = len(requirements(env.task.observation()))
+        assert reached == sorted(reached), i
+        assert sorted(set(reached) | {0.0}) == pytest.approx([k / n for k in range(n + 1)]), i
         solved[tasks.category(i)] += 1
     assert sum(solved.values()) == tasks.num_tasks()
 

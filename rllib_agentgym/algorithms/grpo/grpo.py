@@ -43,6 +43,7 @@ from rllib_agentgym.algorithms.rewards import (
     REWARD_TYPES,
     invalid_turn_flags,
     outcome_rewards,
+    progress_stats,
     refusal_rates,
     repeated_refusal_flags,
 )
@@ -94,6 +95,7 @@ class GRPOConfig(AlgorithmConfig):
         # Loss.
         self.reward_type = "return"  # "return": the env's summed reward; "success": 1[success] (rewards.py)
         self.invalid_action_penalty = 0.0  # subtracted from the outcome reward per invalid turn (rewards.py)
+        self.progress_reward = 0.0  # times the episode's most info["progress"], added to it (rewards.py)
         # Subtracted from the advantage of the refused turn's own tokens (advantages.invalid_turn_advantages).
         self.invalid_turn_advantage = 0.0
         # The same, only on a turn that repeats the action refused the turn before
@@ -178,6 +180,7 @@ class GRPOConfig(AlgorithmConfig):
         *,
         reward_type: Optional[str] = NotProvided,
         invalid_action_penalty: Optional[float] = NotProvided,
+        progress_reward: Optional[float] = NotProvided,
         invalid_turn_advantage: Optional[float] = NotProvided,
         repeated_refusal_advantage: Optional[float] = NotProvided,
         advantage_estimator: Optional[str] = NotProvided,
@@ -219,7 +222,7 @@ class GRPOConfig(AlgorithmConfig):
     ) -> "GRPOConfig":
         super().training(**kwargs)
         for name, value in dict(
-            reward_type=reward_type, invalid_action_penalty=invalid_action_penalty,
+            reward_type=reward_type, invalid_action_penalty=invalid_action_penalty, progress_reward=progress_reward,
             invalid_turn_advantage=invalid_turn_advantage, repeated_refusal_advantage=repeated_refusal_advantage,
             advantage_estimator=advantage_estimator, norm_adv_by_std=norm_adv_by_std,
             step_advantage_weight=step_advantage_weight, step_anchor=step_anchor,
@@ -323,7 +326,7 @@ class GRPOConfig(AlgorithmConfig):
         if self.share_prompt_prefix not in SHARE_PREFIX_SETTINGS:
             self._value_error(f"share_prompt_prefix must be one of {SHARE_PREFIX_SETTINGS}, "
                               f"got {self.share_prompt_prefix!r}")
-        for name in ("invalid_action_penalty", "invalid_turn_advantage", "repeated_refusal_advantage"):
+        for name in ("invalid_action_penalty", "progress_reward", "invalid_turn_advantage", "repeated_refusal_advantage"):
             if not getattr(self, name) >= 0:
                 self._value_error(f"{name} must be >= 0, got {getattr(self, name)!r}")
         for name in ("invalid_turn_advantage", "repeated_refusal_advantage"):
@@ -532,7 +535,8 @@ class GRPO(Algorithm):
         if not trajectories:
             return []
         cfg = self.config
-        rewards = torch.as_tensor(outcome_rewards(trajectories, cfg.reward_type, cfg.invalid_action_penalty))
+        rewards = torch.as_tensor(outcome_rewards(trajectories, cfg.reward_type, cfg.invalid_action_penalty,
+                                                  cfg.progress_reward))
         groups = torch.tensor([t.group_id for t in trajectories])
         keep = dynamic_sampling_keep_mask(rewards, groups)
         return [t for t, k in zip(trajectories, keep.tolist()) if k]
@@ -559,7 +563,8 @@ class GRPO(Algorithm):
         cfg = self.config
         pad_id = 0
         arrays = pad_batch(trajectories, pad_id=pad_id, max_len=cfg.max_model_len)
-        arrays["rewards"] = outcome_rewards(trajectories, cfg.reward_type, cfg.invalid_action_penalty)
+        arrays["rewards"] = outcome_rewards(trajectories, cfg.reward_type, cfg.invalid_action_penalty,
+                                            cfg.progress_reward)
         response_mask = torch.as_tensor(arrays["response_mask"])
         if cfg.overlong_filter:
             from rllib_agentgym.algorithms.losses import overlong_mask
@@ -578,7 +583,7 @@ class GRPO(Algorithm):
                 kwargs["norm_by_std"] = cfg.norm_adv_by_std
             if cfg.advantage_estimator == "gigpo":
                 step_returns, anchor_ids = step_arrays(trajectories, cfg.reward_type, cfg.invalid_action_penalty,
-                                                       cfg.gamma, cfg.step_anchor)
+                                                       cfg.gamma, cfg.step_anchor, cfg.progress_reward)
                 kwargs.update(step_returns=torch.as_tensor(step_returns), anchor_ids=torch.as_tensor(anchor_ids),
                               step_weight=cfg.step_advantage_weight)
             advantages, _ = compute_advantages(cfg.advantage_estimator, **kwargs)
@@ -664,6 +669,7 @@ class GRPO(Algorithm):
             # Turns the env refused or could not parse (what `invalid_turn_advantage` costs), and of
             # those the ones that resend the action refused just before (`repeated_refusal_advantage`).
             **refusal_rates(trajectories),
+            **progress_stats(trajectories),
             "env_step_latency_ms_p50": float(np.percentile(latencies, 50) * 1e3) if latencies else float("nan"),
             "truncated_fraction": float(np.mean([t.truncated for t in trajectories])) if n else float("nan"),
             "rollout_wall_s": wall_s,
