@@ -70,7 +70,8 @@ def greedy_success(algo) -> dict[str, Any]:
     result = algo.evaluate()["env_runners"]
     return {"success_rate": float(result["success_rate"]), "wall_s": time.perf_counter() - start,
             "by_category": {k: float(v) for k, v in dict(result.get("success_rate_by_category") or {}).items()},
-            **{k: float(result[k]) for k in ("invalid_action_rate", "repeated_refusal_rate") if k in result}}
+            **{k: float(result[k]) for k in ("invalid_action_rate", "repeated_refusal_rate", "progress_mean")
+               if k in result}}
 
 
 # Far from the training calls' indices, so the sampled evaluation never replays a training draw.
@@ -86,6 +87,7 @@ def sampled_success(algo, k: int, task_ids: Sequence[int] | None = None, horizon
     call index is fixed, so two calls in one run play the same episodes with the same random
     numbers: a paired before/after comparison. Greedy success on a few dozen tasks moves only
     when an argmax flips; this counts k times the episodes, of the policy GRPO trains."""
+    from rllib_agentgym.algorithms.rewards import progress_stats
     from rllib_agentgym.evaluation import evaluation_task_ids, outcomes_from_trajectories, play_at_horizon, select_tasks
 
     if task_ids is None:
@@ -97,7 +99,7 @@ def sampled_success(algo, k: int, task_ids: Sequence[int] | None = None, horizon
     counts = dict.fromkeys(task_ids, 0)  # a task whose episodes were all dropped counts 0
     counts.update({o.data_idx: sum(o.successes) for o in outcomes_from_trajectories(result.trajectories)})
     return {"k": k, "success_rate": sum(counts.values()) / (k * len(task_ids)), "num_dropped": result.num_dropped,
-            "successes_by_task": counts}
+            "successes_by_task": counts, **progress_stats(result.trajectories)}
 
 
 def training_pool(config: dict[str, Any], size: int, seed: int = 0) -> list[int]:
@@ -205,9 +207,10 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
                           "horizon": int(runners["horizon"]), "num_turns_mean": float(runners["num_turns_mean"]),
                           "invalid_action_rate": float(runners.get("invalid_action_rate", float("nan"))),
                           "repeated_refusal_rate": float(runners.get("repeated_refusal_rate", float("nan"))),
-                          # DAPO's refill rounds and the informative groups the batch kept (dynamic_sampling only).
-                          **{k: float(runners[k]) for k in ("dynamic_sampling_rounds", "dynamic_sampling_groups_kept")
-                             if k in runners},
+                          # DAPO's refill rounds and the informative groups the batch kept (dynamic_sampling only);
+                          # the mean of each episode's most progress (envs that report it).
+                          **{k: float(runners[k]) for k in ("dynamic_sampling_rounds", "dynamic_sampling_groups_kept",
+                                                            "progress_mean") if k in runners},
                           **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss", "kl", "sft_loss", "trained_rows_fraction") if k in learner},
                           "time_s": float(result["time_this_iter_s"]),
                           "rollout_s": float(runners.get("rollout_wall_s", float("nan"))),

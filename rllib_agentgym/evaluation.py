@@ -439,7 +439,7 @@ def evaluate_during_training(algo) -> dict[str, Any]:
     task_ids = select_tasks(evaluation_task_ids(cfg), cfg.evaluation_num_tasks)
     horizon = int(algo.evaluation_config.max_turns)
     rollouts = play_on_evaluation_runners(algo, task_ids, partial(play_at_horizon, horizon=horizon))
-    from rllib_agentgym.algorithms.rewards import refusal_rates
+    from rllib_agentgym.algorithms.rewards import progress_stats, refusal_rates
     from rllib_agentgym.envs.registry import get_spec
 
     trajectories = [t for r in rollouts for t in r.trajectories]
@@ -457,6 +457,7 @@ def evaluate_during_training(algo) -> dict[str, Any]:
         "success_rate_by_category": {c: s["avg_at_k"] for c, s in scores["categories"].items()},
         # Turns the env refused, and those that resend the action refused just before.
         **refusal_rates(trajectories),
+        **progress_stats(trajectories),  # the mean of each episode's most progress, where the env reports it
     }
     from rllib_agentgym.metrics import record_evaluation, run_tags
 

@@ -312,6 +312,7 @@ def test_periodic_evaluation_is_in_the_tune_result(trained):
     tasks = select_tasks(spec.split_ids("test"), 2)
     assert set(ev["success_rate_by_category"]) == {spec.category(i) for i in tasks}
     assert 0.0 <= ev["repeated_refusal_rate"] <= ev["invalid_action_rate"] <= 1.0
+    assert 0.0 <= ev["progress_mean"] <= 1.0  # TextCraft reports progress
     # Training kept its own horizon and its own episodes.
     assert result["env_runners"]["horizon"] == 1 and trained["horizon_after"] == 1
     assert result["env_runners"]["num_episodes"] == 2
