@@ -394,6 +394,41 @@ def test_textcraft_first_thoughts_compares_with_the_expert_and_the_task_text(tmp
     assert json.loads((tmp_path / "out.json").read_text())[str(path)] == stats
 
 
+def test_textcraft_failure_stages_sort_episodes_by_the_plan_stage_they_reach(tmp_path):
+    from benchmarks.textcraft_failure_stages import main, stage_counts
+    from envs.textcraft import tasks
+    from envs.textcraft.env import TextCraftEnv
+
+    def play(actions: list[str]) -> dict:
+        """An episode record as `rllib evaluate --episodes` writes it, played on the real env."""
+        env = TextCraftEnv()
+        observation, turns, success = env.reset(tasks.goal_index("crafting table")), [], False
+        for action in actions:
+            step = env.step(action)
+            turns.append({"observation": observation, "action": action, "progress": step.info["progress"]})
+            observation, success = step.observation, step.info["success"]
+        return {"success": success, "turns": turns}
+
+    ingredients = ["get 1 stripped dark oak log", "craft 4 dark oak planks using 1 stripped dark oak log"]
+    episodes = [
+        play(ingredients + ["craft 1 crafting table using 4 dark oak planks"]),  # solved
+        play(ingredients + ["craft 1 dark oak door using 4 dark oak planks"]),  # every ingredient, then another item
+        play(ingredients + ["craft 2 crafting table using 4 dark oak planks"]),  # tried the goal, wrong count
+        play(ingredients[:1] + ["get 1 oak log"]),  # part
+        play(["get 1 oak log", "inventory"]),  # nothing the plan needs
+    ]
+    counts = stage_counts(episodes)
+    assert counts == {"episodes": 5, "solved": 1, "all but the goal": 2, "part": 1, "none": 1,
+                      "all but the goal, tried the goal's craft": 1}
+    path = tmp_path / "episodes.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    main([str(path), "--json", str(tmp_path / "out.json")])
+    assert json.loads((tmp_path / "out.json").read_text())[str(path)] == counts
+    episodes[0]["turns"][0]["progress"] = None  # recorded before the env reported progress
+    with pytest.raises(ValueError, match="progress"):
+        stage_counts(episodes)
+
+
 def test_webarena_step_latency_benchmark_runs_the_expert_in_chromium():
     """Two test tasks in-process (the expert solves them); every action kind's steps are timed."""
     # No capsys here: Playwright's driver started while pytest's capsys holds sys.stderr

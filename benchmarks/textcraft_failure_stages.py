@@ -1,0 +1,71 @@
+"""How far do a TextCraft agent's episodes get? Sorts the episodes of
+`rllib evaluate --episodes` files by the last stage of the expert's plan they reach.
+
+    rllib evaluate MODEL --env agentgym/textcraft --k 8 --temperature 1.0 --max-turns 15 --episodes E.jsonl
+    python benchmarks/textcraft_failure_stages.py E.jsonl [E2.jsonl ...] [--json OUT]
+
+From each turn's `progress` (the share of the plan's requirements met,
+`envs/textcraft/progress.py`): solved; everything but the goal (every item the
+plan fetches or crafts, then no goal), and of those how many ever tried a craft
+of the goal item; part of it; nothing the plan needs. An agent that fetches the
+right ingredients and then crafts another item does not copy the goal's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+
+from envs.textcraft.expert import parse_task
+from envs.textcraft.progress import requirements
+from rllib_agentgym.run_logs import read_jsonl
+
+STAGES = ("solved", "all but the goal", "part", "none")
+
+
+def episode_stage(episode: dict) -> tuple[str, bool]:
+    """(stage, whether any action after the first turn crafted, or tried to craft, the goal item)."""
+    task_text = episode["turns"][0]["observation"]
+    _, goal = parse_task(task_text)
+    reached = [t.get("progress") for t in episode["turns"]]
+    if any(p is None for p in reached):
+        raise ValueError("an episode without per-turn progress: record it with a TextCraft server that reports "
+                         "info['progress'] (rllib evaluate --episodes)")
+    tried_goal = any(t["action"].lower().startswith("craft") and f" {goal} using " in t["action"].lower()
+                     for t in episode["turns"])
+    best = max(reached, default=0.0)
+    n = len(requirements(task_text))
+    if episode["success"]:
+        return "solved", tried_goal
+    if best >= (n - 1) / n - 1e-9:
+        return "all but the goal", tried_goal
+    return ("part" if best > 0 else "none"), tried_goal
+
+
+def stage_counts(episodes: Sequence[dict]) -> dict:
+    """Episodes per stage, and of the "all but the goal" ones those that tried a craft of the goal."""
+    counts = dict.fromkeys(STAGES, 0)
+    tried = 0
+    for episode in episodes:
+        stage, tried_goal = episode_stage(episode)
+        counts[stage] += 1
+        tried += stage == "all but the goal" and tried_goal
+    return {"episodes": len(episodes), **counts, "all but the goal, tried the goal's craft": tried}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("episodes", nargs="+", help="`rllib evaluate --episodes` files (.jsonl or .jsonl.gz)")
+    parser.add_argument("--json", default=None, help="write the counts here")
+    args = parser.parse_args(argv)
+    report = {path: stage_counts(read_jsonl(path)) for path in args.episodes}
+    for path, counts in report.items():
+        print(f"{path}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
