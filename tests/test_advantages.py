@@ -438,6 +438,29 @@ class TestProgressReward:
         assert progress_stats(trajs) == {"progress_mean": pytest.approx(5 / 9)}
         assert progress_stats(trajs[3:]) == {}
 
+    def test_build_batch_trains_on_progress_and_warns_once_where_the_env_reports_none(self, caplog):
+        from types import SimpleNamespace
+
+        from rllib_agentgym.algorithms.grpo.grpo import GRPO, GRPOConfig
+
+        trajs = self.trajectories()[1:3]  # two failures: 2/3 and 0 of the way
+        for t in trajs:
+            t.append([9, 9], generated=False)
+            t.append([5, 5], generated=True)
+        cfg = GRPOConfig().environment("agentgym/textcraft").training(progress_reward=0.5)
+        algo = SimpleNamespace(config=cfg)
+        batch = GRPO._build_batch(algo, trajs).policy_batches["default_policy"]
+        assert batch["rewards"].tolist() == pytest.approx([1 / 3, 0.0])
+        assert batch["advantages"][0, 2] > 0 > batch["advantages"][1, 2]
+        for t in trajs:
+            for turn in t.turns:
+                turn.progress = None
+        with caplog.at_level("WARNING", logger="rllib_agentgym.algorithms.grpo.grpo"):
+            GRPO._build_batch(algo, trajs)
+            GRPO._build_batch(algo, trajs)
+        assert [r.getMessage() for r in caplog.records] == [
+            "progress_reward=0.5 has no effect: agentgym/textcraft reports no info['progress']"]
+
     def test_config_rejects_a_negative_progress_reward(self):
         from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 

@@ -10,6 +10,7 @@ One iteration (see DESIGN.md, "The loop"):
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -65,6 +66,8 @@ POLICY_OPTIMIZERS = ("adamw", "sgd")
 # The settings that name a run's starting model (see GRPOConfig.resolve_warm_start).
 WARM_START_KEYS = ("model_path", "init_from", "load_checkpoint")
 
+
+logger = logging.getLogger(__name__)
 
 class GRPOConfig(AlgorithmConfig):
     """Config of GRPO (and its DAPO / Dr. GRPO options) for LLM agents."""
@@ -565,6 +568,11 @@ class GRPO(Algorithm):
         arrays = pad_batch(trajectories, pad_id=pad_id, max_len=cfg.max_model_len)
         arrays["rewards"] = outcome_rewards(trajectories, cfg.reward_type, cfg.invalid_action_penalty,
                                             cfg.progress_reward)
+        if cfg.progress_reward and trajectories and all(t.progress is None for t in trajectories):
+            if not getattr(self, "_warned_no_progress", False):
+                self._warned_no_progress = True
+                logger.warning("progress_reward=%s has no effect: %s reports no info['progress']",
+                               cfg.progress_reward, cfg.env)
         response_mask = torch.as_tensor(arrays["response_mask"])
         if cfg.overlong_filter:
             from rllib_agentgym.algorithms.losses import overlong_mask
