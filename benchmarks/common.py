@@ -126,6 +126,26 @@ def write_json(result: dict[str, Any], out: str) -> str:
     return text
 
 
+def episodes_report_main(description: str, summarize, describe, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The command line of a script that reads `rllib evaluate --episodes` files: `summarize(episodes)`
+    per file, `describe(counts)` printed after each path, and `--json OUT` to keep them all."""
+    import argparse
+
+    from rllib_agentgym.run_logs import read_jsonl
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("episodes", nargs="+", help="`rllib evaluate --episodes` files (.jsonl or .jsonl.gz)")
+    parser.add_argument("--json", default=None, help="write the counts here")
+    args = parser.parse_args(argv)
+    report = {path: summarize(read_jsonl(path)) for path in args.episodes}
+    for path, counts in report.items():
+        print(f"{path}: {describe(counts)}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+    return report
+
+
 def emit(result: dict[str, Any], out: str | None) -> dict[str, Any]:
     """Print the result as JSON and write it to `out` when given."""
     print(write_json(result, out) if out else json.dumps(result, indent=2, default=float))

@@ -13,13 +13,15 @@ right ingredients and then crafts another item does not copy the goal's name.
 
 from __future__ import annotations
 
-import argparse
-import json
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from envs.textcraft.expert import parse_task
-from envs.textcraft.progress import requirements
-from rllib_agentgym.run_logs import read_jsonl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/...`
+
+from benchmarks.common import episodes_report_main  # noqa: E402
+from envs.textcraft.expert import parse_task  # noqa: E402
+from envs.textcraft.progress import requirements  # noqa: E402
 
 STAGES = ("solved", "all but the goal", "part", "none")
 
@@ -55,16 +57,8 @@ def stage_counts(episodes: Sequence[dict]) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("episodes", nargs="+", help="`rllib evaluate --episodes` files (.jsonl or .jsonl.gz)")
-    parser.add_argument("--json", default=None, help="write the counts here")
-    args = parser.parse_args(argv)
-    report = {path: stage_counts(read_jsonl(path)) for path in args.episodes}
-    for path, counts in report.items():
-        print(f"{path}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
+    episodes_report_main(__doc__.splitlines()[0], stage_counts,
+                         lambda counts: ", ".join(f"{k} {v}" for k, v in counts.items()), argv)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,16 @@ from the task), and first actions equal to the expert's.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import SimpleNamespace
 
-from envs.textcraft.expert import ExpertAgent
-from rllib_agentgym.run_logs import read_jsonl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/...`
+
+from benchmarks.common import episodes_report_main  # noqa: E402
+from envs.textcraft.expert import ExpertAgent  # noqa: E402
 
 # "... for birch wood." / "I need 3 stick, which I can ..." / "... I craft the goal, birch wood."
 TARGET = re.compile(r"(?: for |the goal, )([a-z' ]+?)\.|I need \d+ ([a-z' ]+?), which", re.IGNORECASE)
@@ -61,20 +63,15 @@ def first_thought_stats(episodes: Sequence[dict]) -> dict:
             "successes": sum(bool(e["success"]) for e in episodes)}
 
 
+def describe(s: dict) -> str:
+    return (f"{s['episodes']} episodes; first thought = the expert's in {s['same_as_expert']}, "
+            f"same item to make in {s['same_target_as_expert']}, an item the task never mentions in "
+            f"{s['target_not_in_task']}; first action = the expert's in {s['same_first_action']}; "
+            f"{s['successes']} solved")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("episodes", nargs="+", help="`rllib evaluate --episodes` files (.jsonl or .jsonl.gz)")
-    parser.add_argument("--json", default=None, help="write the counts here")
-    args = parser.parse_args(argv)
-    report = {path: first_thought_stats(read_jsonl(path)) for path in args.episodes}
-    for path, s in report.items():
-        print(f"{path}: {s['episodes']} episodes; first thought = the expert's in {s['same_as_expert']}, "
-              f"same item to make in {s['same_target_as_expert']}, an item the task never mentions in "
-              f"{s['target_not_in_task']}; first action = the expert's in {s['same_first_action']}; "
-              f"{s['successes']} solved")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
+    episodes_report_main(__doc__.splitlines()[0], first_thought_stats, describe, argv)
 
 
 if __name__ == "__main__":
