@@ -27,7 +27,7 @@ STAGES = ("solved", "all but the goal", "part", "none")
 
 
 def episode_stage(episode: dict) -> tuple[str, bool]:
-    """(stage, whether any action after the first turn crafted, or tried to craft, the goal item)."""
+    """(stage, whether any of its actions crafted, or tried to craft, the goal item)."""
     task_text = episode["turns"][0]["observation"]
     _, goal = parse_task(task_text)
     reached = [t.get("progress") for t in episode["turns"]]
