@@ -46,19 +46,30 @@ def episode_stage(episode: dict) -> tuple[str, bool]:
 
 
 def stage_counts(episodes: Sequence[dict]) -> dict:
-    """Episodes per stage, and of the "all but the goal" ones those that tried a craft of the goal."""
+    """Episodes per stage, and of the "all but the goal" ones those that tried a craft of the goal;
+    per task category too (`by_category`) when the episodes come from more than one."""
     counts = dict.fromkeys(STAGES, 0)
     tried = 0
     for episode in episodes:
         stage, tried_goal = episode_stage(episode)
         counts[stage] += 1
         tried += stage == "all but the goal" and tried_goal
-    return {"episodes": len(episodes), **counts, "all but the goal, tried the goal's craft": tried}
+    summary = {"episodes": len(episodes), **counts, "all but the goal, tried the goal's craft": tried}
+    categories = sorted({e["category"] for e in episodes if e.get("category")})
+    if len(categories) > 1:  # a depth-2 plan has more stages to fail at than a depth-1 one
+        summary["by_category"] = {c: stage_counts([e for e in episodes if e.get("category") == c])
+                                  for c in categories}
+    return summary
+
+
+def describe(counts: dict) -> str:
+    """One line of counts, then one per category."""
+    line = ", ".join(f"{k} {v}" for k, v in counts.items() if k != "by_category")
+    return "".join([line] + [f"\n  {c}: {describe(sub)}" for c, sub in counts.get("by_category", {}).items()])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    episodes_report_main(__doc__.splitlines()[0], stage_counts,
-                         lambda counts: ", ".join(f"{k} {v}" for k, v in counts.items()), argv)
+    episodes_report_main(__doc__.splitlines()[0], stage_counts, describe, argv)
 
 
 if __name__ == "__main__":

@@ -424,6 +424,14 @@ def test_textcraft_failure_stages_sort_episodes_by_the_plan_stage_they_reach(tmp
     path.write_text("".join(json.dumps(e) + "\n" for e in episodes))
     main([str(path), "--json", str(tmp_path / "out.json")])
     assert json.loads((tmp_path / "out.json").read_text())[str(path)] == counts
+
+    for episode, category in zip(episodes, ["depth 1", "depth 2", "depth 2", "depth 1", "depth 2"]):
+        episode["category"] = category
+    by_category = stage_counts(episodes)["by_category"]
+    assert by_category["depth 1"] == {"episodes": 2, "solved": 1, "all but the goal": 0, "part": 1, "none": 0,
+                                      "all but the goal, tried the goal's craft": 0}
+    assert by_category["depth 2"] == {"episodes": 3, "solved": 0, "all but the goal": 2, "part": 0, "none": 1,
+                                      "all but the goal, tried the goal's craft": 1}
     episodes[0]["turns"][0]["progress"] = None  # recorded before the env reported progress
     with pytest.raises(ValueError, match="progress"):
         stage_counts(episodes)
