@@ -9,6 +9,9 @@ From each turn's `progress` (the share of the plan's requirements met,
 plan fetches or crafts, then no goal), and of those how many ever tried a craft
 of the goal item; part of it; nothing the plan needs. An agent that fetches the
 right ingredients and then crafts another item does not copy the goal's name.
+Failed episodes that tried the goal's craft are also counted by why the env
+refused the last such craft: wrong quantities (the count is not the recipe's
+batch), wrong ingredients, or ingredients not held.
 """
 
 from __future__ import annotations
@@ -24,6 +27,25 @@ from envs.textcraft.expert import parse_task  # noqa: E402
 from envs.textcraft.progress import requirements  # noqa: E402
 
 STAGES = ("solved", "all but the goal", "part", "none")
+
+
+# The env's reasons for refusing a craft (envs/textcraft/env.py), by a phrase of each message.
+REFUSALS = (("wrong quantities", "wrong quantities"), ("no recipe makes", "wrong ingredients"),
+            ("could not find enough items", "ingredients not held"))
+
+
+def goal_craft_refusal(episode: dict) -> str | None:
+    """Why the env refused the episode's last craft of the goal item (None: it never tried one, or the
+    last one was carried out): the answer to each action is the next turn's observation."""
+    _, goal = parse_task(episode["turns"][0]["observation"])
+    answers = [t["observation"] for t in episode["turns"][1:]] + [episode.get("final_observation", "")]
+    reason = None
+    for turn, answer in zip(episode["turns"], answers):
+        if turn["action"].lower().startswith("craft") and f" {goal} using " in turn["action"].lower():
+            answer = answer.lower()
+            reason = None if answer.startswith("crafted") else next(
+                (name for phrase, name in REFUSALS if phrase in answer), "other")
+    return reason
 
 
 def episode_stage(episode: dict) -> tuple[str, bool]:
@@ -50,11 +72,15 @@ def stage_counts(episodes: Sequence[dict]) -> dict:
     per task category too (`by_category`) when the episodes come from more than one."""
     counts = dict.fromkeys(STAGES, 0)
     tried = 0
+    refusals = dict.fromkeys([name for _, name in REFUSALS] + ["other"], 0)
     for episode in episodes:
         stage, tried_goal = episode_stage(episode)
         counts[stage] += 1
         tried += stage == "all but the goal" and tried_goal
-    summary = {"episodes": len(episodes), **counts, "all but the goal, tried the goal's craft": tried}
+        if not episode["success"] and (reason := goal_craft_refusal(episode)):
+            refusals[reason] += 1
+    summary = {"episodes": len(episodes), **counts, "all but the goal, tried the goal's craft": tried,
+               "failed, the last goal craft refused for": refusals}
     categories = sorted({e["category"] for e in episodes if e.get("category")})
     if len(categories) > 1:  # a depth-2 plan has more stages to fail at than a depth-1 one
         summary["by_category"] = {c: stage_counts([e for e in episodes if e.get("category") == c])
@@ -64,7 +90,9 @@ def stage_counts(episodes: Sequence[dict]) -> dict:
 
 def describe(counts: dict) -> str:
     """One line of counts, then one per category."""
-    line = ", ".join(f"{k} {v}" for k, v in counts.items() if k != "by_category")
+    line = ", ".join(f"{k} {v}" for k, v in counts.items() if not isinstance(v, dict))
+    line += "; the last goal craft of a failure refused for " + ", ".join(
+        f"{k} {v}" for k, v in counts["failed, the last goal craft refused for"].items())
     return "".join([line] + [f"\n  {c}: {describe(sub)}" for c, sub in counts.get("by_category", {}).items()])
 
 

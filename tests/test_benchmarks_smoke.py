@@ -395,7 +395,7 @@ def test_textcraft_first_thoughts_compares_with_the_expert_and_the_task_text(tmp
 
 
 def test_textcraft_failure_stages_sort_episodes_by_the_plan_stage_they_reach(tmp_path):
-    from benchmarks.textcraft_failure_stages import main, stage_counts
+    from benchmarks.textcraft_failure_stages import goal_craft_refusal, main, stage_counts
     from envs.textcraft import tasks
     from envs.textcraft.env import TextCraftEnv
 
@@ -407,19 +407,22 @@ def test_textcraft_failure_stages_sort_episodes_by_the_plan_stage_they_reach(tmp
             step = env.step(action)
             turns.append({"observation": observation, "action": action, "progress": step.info["progress"]})
             observation, success = step.observation, step.info["success"]
-        return {"success": success, "turns": turns}
+        return {"success": success, "turns": turns, "final_observation": observation}
 
     ingredients = ["get 1 stripped dark oak log", "craft 4 dark oak planks using 1 stripped dark oak log"]
     episodes = [
         play(ingredients + ["craft 1 crafting table using 4 dark oak planks"]),  # solved
         play(ingredients + ["craft 1 dark oak door using 4 dark oak planks"]),  # every ingredient, then another item
         play(ingredients + ["craft 2 crafting table using 4 dark oak planks"]),  # tried the goal, wrong count
-        play(ingredients[:1] + ["get 1 oak log"]),  # part
-        play(["get 1 oak log", "inventory"]),  # nothing the plan needs
+        play(ingredients[:1] + ["craft 1 crafting table using 4 dark oak planks", "get 1 oak log"]),  # part
+        play(["get 1 oak log", "craft 1 crafting table using 4 oak log", "inventory"]),  # nothing the plan needs
     ]
     counts = stage_counts(episodes)
     assert counts == {"episodes": 5, "solved": 1, "all but the goal": 2, "part": 1, "none": 1,
-                      "all but the goal, tried the goal's craft": 1}
+                      "all but the goal, tried the goal's craft": 1,
+                      "failed, the last goal craft refused for": {"wrong quantities": 1, "wrong ingredients": 1,
+                                                                   "ingredients not held": 1, "other": 0}}
+    assert goal_craft_refusal(episodes[0]) is None and goal_craft_refusal(episodes[1]) is None
     path = tmp_path / "episodes.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in episodes))
     main([str(path), "--json", str(tmp_path / "out.json")])
@@ -429,9 +432,12 @@ def test_textcraft_failure_stages_sort_episodes_by_the_plan_stage_they_reach(tmp
         episode["category"] = category
     by_category = stage_counts(episodes)["by_category"]
     assert by_category["depth 1"] == {"episodes": 2, "solved": 1, "all but the goal": 0, "part": 1, "none": 0,
-                                      "all but the goal, tried the goal's craft": 0}
-    assert by_category["depth 2"] == {"episodes": 3, "solved": 0, "all but the goal": 2, "part": 0, "none": 1,
-                                      "all but the goal, tried the goal's craft": 1}
+                                      "all but the goal, tried the goal's craft": 0,
+                                      "failed, the last goal craft refused for": {
+                                          "wrong quantities": 0, "wrong ingredients": 0, "ingredients not held": 1,
+                                          "other": 0}}
+    assert by_category["depth 2"]["all but the goal, tried the goal's craft"] == 1
+    assert by_category["depth 2"]["failed, the last goal craft refused for"]["wrong ingredients"] == 1
     episodes[0]["turns"][0]["progress"] = None  # recorded before the env reported progress
     with pytest.raises(ValueError, match="progress"):
         stage_counts(episodes)
