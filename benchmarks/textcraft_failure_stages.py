@@ -34,6 +34,11 @@ REFUSALS = (("wrong quantities", "wrong quantities"), ("no recipe makes", "wrong
             ("could not find enough items", "ingredients not held"))
 
 
+def crafts(action: str, item: str) -> bool:
+    """Whether the action is a craft of this item (carried out or not)."""
+    return action.lower().startswith("craft") and f" {item} using " in action.lower()
+
+
 def goal_craft_refusal(episode: dict) -> str | None:
     """Why the env refused the episode's last craft of the goal item (None: it never tried one, or the
     last one was carried out): the answer to each action is the next turn's observation."""
@@ -41,7 +46,7 @@ def goal_craft_refusal(episode: dict) -> str | None:
     answers = [t["observation"] for t in episode["turns"][1:]] + [episode.get("final_observation", "")]
     reason = None
     for turn, answer in zip(episode["turns"], answers):
-        if turn["action"].lower().startswith("craft") and f" {goal} using " in turn["action"].lower():
+        if crafts(turn["action"], goal):
             answer = answer.lower()
             reason = None if answer.startswith("crafted") else next(
                 (name for phrase, name in REFUSALS if phrase in answer), "other")
@@ -56,8 +61,7 @@ def episode_stage(episode: dict) -> tuple[str, bool]:
     if any(p is None for p in reached):
         raise ValueError("an episode without per-turn progress: record it with a TextCraft server that reports "
                          "info['progress'] (rllib evaluate --episodes)")
-    tried_goal = any(t["action"].lower().startswith("craft") and f" {goal} using " in t["action"].lower()
-                     for t in episode["turns"])
+    tried_goal = any(crafts(t["action"], goal) for t in episode["turns"])
     best = max(reached, default=0.0)
     n = len(requirements(task_text))
     if episode["success"]:
