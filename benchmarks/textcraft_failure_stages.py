@@ -10,8 +10,8 @@ plan fetches or crafts, then no goal), and of those how many ever tried a craft
 of the goal item; part of it; nothing the plan needs. An agent that fetches the
 right ingredients and then crafts another item does not copy the goal's name.
 Failed episodes that tried the goal's craft are also counted by why the env
-refused the last such craft: wrong quantities (the count is not the recipe's
-batch), wrong ingredients, or ingredients not held.
+refused the last such craft: wrong quantities (counts that are no multiple of
+the recipe's), wrong ingredients, or ingredients not held.
 """
 
 from __future__ import annotations
