@@ -69,6 +69,7 @@ WARM_START_KEYS = ("model_path", "init_from", "load_checkpoint")
 
 logger = logging.getLogger(__name__)
 
+
 class GRPOConfig(AlgorithmConfig):
     """Config of GRPO (and its DAPO / Dr. GRPO options) for LLM agents."""
 
