@@ -6,6 +6,7 @@
     rllib plot RUN_DIR        PNG training curves
     rllib evaluate CHECKPOINT_OR_MODEL --env agentgym/textcraft [--k 4 --temperature 1.0 --json OUT --markdown OUT]
     rllib experts --env agentgym/textcraft --split train --num 200 --out tc.jsonl   expert conversations for SFT
+    rllib start-states EPISODES.jsonl.gz --after "wrong quantities" --out starts.jsonl   training starts
 """
 
 from __future__ import annotations
@@ -138,6 +139,13 @@ def _experts_parser(sub) -> None:
     add_arguments(sub.add_parser("experts", help="write expert conversations (JSONL) of an env split, for SFT"))
 
 
+def _start_states_parser(sub) -> None:
+    from rllib_agentgym.data.start_states import add_arguments
+
+    add_arguments(sub.add_parser("start-states", help="cut an agent's episodes after a refusal: "
+                                                      "start states to train from (env_config start_states)"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rllib", description="rllib-agentgym: train LLM agents with RLlib")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _evaluate_parser(sub)
     _export_parser(sub)
     _experts_parser(sub)
+    _start_states_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
@@ -168,6 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "experts":
             from rllib_agentgym.data.experts import run
+
+            return run(args)
+        if args.command == "start-states":
+            from rllib_agentgym.data.start_states import run
 
             return run(args)
         if args.command == "evaluate":

@@ -253,14 +253,18 @@ _INHERITED = ("env_config", "max_model_len", "max_new_tokens", "max_turns", "inf
               "engine_options", "top_p", "env_step_threads")
 
 
+_TRAINING_ONLY = ("task_ids", "start_states")  # env_config keys that shape training draws only
+
+
 def evaluation_env_config(trained: Mapping[str, Any] | None, given: Mapping[str, Any] | None,
                           split: str) -> dict[str, Any]:
     """A checkpoint's training env_config, overridden by the command line's, on `split`.
 
-    A pinned training pool (`task_ids`) names tasks of the training split: it does not follow
-    the policy into its evaluation (as it does not follow the in-training evaluation runners).
-    A `task_ids` given on the command line does restrict the evaluation."""
-    trained = {k: v for k, v in dict(trained or {}).items() if k != "task_ids"}
+    A pinned training pool (`task_ids`) and replayed start states (`start_states`) name tasks
+    of the training split: they do not follow the policy into its evaluation (as they do not
+    follow the in-training evaluation runners). A `task_ids` given on the command line does
+    restrict the evaluation."""
+    trained = {k: v for k, v in dict(trained or {}).items() if k not in _TRAINING_ONLY}
     return {**trained, **dict(given or {}), "split": split}
 
 

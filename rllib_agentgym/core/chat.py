@@ -55,6 +55,10 @@ class ChatFormat:
         messages = [{"role": "system", "content": instruction}, {"role": "user", "content": observation}]
         return _encode(tokenizer, _render(tokenizer, messages, add_generation_prompt=True))
 
+    def response_ids(self, tokenizer, response: str) -> list[int]:
+        """Ids of an assistant response given as text (a replayed turn), before its closing."""
+        return _encode(tokenizer, response)
+
     def observation_ids(self, tokenizer, observation: str, response_closed: bool) -> list[int]:
         """Ids to append after a response: close the assistant turn, add the user turn, reopen generation.
 

@@ -41,6 +41,7 @@ class Trajectory:
     done: bool = False  # the env ended the episode (vs. the horizon or a length cap)
     truncated: bool = False  # hit the model's context or a response hit max_new_tokens at the end
     final_observation: str = ""
+    replayed_turns: list[Turn] = field(default_factory=list)  # a start state's prefix: context, not trained
 
     def append(self, ids: Sequence[int], generated: bool, logprobs: Sequence[float] | None = None) -> None:
         self.token_ids.extend(ids)
@@ -81,6 +82,7 @@ class Trajectory:
             "num_generated_tokens": self.num_generated_tokens,
             "turns": [asdict(t) for t in self.turns],
             "final_observation": self.final_observation,
+            **({"replayed_turns": [asdict(t) for t in self.replayed_turns]} if self.replayed_turns else {}),
         }
 
 

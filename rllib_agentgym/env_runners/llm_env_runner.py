@@ -46,6 +46,7 @@ from rllib_agentgym.core import lora as lora_lib
 from rllib_agentgym.core.chat import ChatFormat
 from rllib_agentgym.core.embedded import load_model_weights, resolve_model_path
 from rllib_agentgym.core.trajectory import Trajectory, Turn
+from rllib_agentgym.data.start_states import StartState, load_start_states
 from rllib_agentgym.env_runners.engines import InferenceEngine, SamplingConfig, load_policy_weights, make_engine
 from rllib_agentgym.env_runners.runner_state import RunnerStateMixin
 from rllib_agentgym.envs.client import EnvFailure
@@ -138,6 +139,14 @@ class _Episode:
         self.skipped = False  # the env could not grade it (info["skipped"]): discarded, counted apart
 
 
+@dataclass
+class _Replayed:
+    """A turn of a start state's prefix, replayed at reset: its record and the env's answer."""
+
+    record: Turn
+    answer: str
+
+
 class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
@@ -146,7 +155,12 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         self._split = self._env_config.get("split", "train")
         # A pinned training pool (`task_ids`) does not follow the runner into evaluation,
         # which plays its own split (evaluation.evaluation_task_ids).
-        self.set_task_ids(None if getattr(self.config, "in_evaluation", False) else self._env_config.get("task_ids"))
+        evaluates = getattr(self.config, "in_evaluation", False)
+        self.set_task_ids(None if evaluates else self._env_config.get("task_ids"))
+        # Training episodes that start from replayed states of the agent (data/start_states.py);
+        # like `task_ids`, they do not follow the runner into evaluation.
+        starts_path = None if evaluates else self._env_config.get("start_states")
+        self._start_states = self._drawable_start_states(starts_path) if starts_path else None
         self._seed = (self.config.seed if self.config.seed is not None else 0) + 1000 * (self.worker_index or 0)
         self._num_sample_calls = 0
         self._max_turns = int(self.config.max_turns)
@@ -216,6 +230,15 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         self._task_ids = self.spec.task_ids(self._split, self._env_config.get("categories"), task_ids,
                                             self._env_config.get("env_options"))
 
+    def _drawable_start_states(self, path: str) -> list[StartState]:
+        states = load_start_states(path)
+        drawable = set(self._task_ids)
+        outside = sorted({s.data_idx for s in states} - drawable)
+        if outside:
+            raise ValueError(f"start_states {path}: tasks {outside[:10]} are not in this runner's tasks "
+                             f"(split {self._split!r}, env_config categories / task_ids)")
+        return states
+
     @property
     def task_ids(self) -> list[int]:
         """The tasks this runner draws from: its split, limited to env_config `categories`
@@ -230,17 +253,27 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         """Play `group_size` episodes for each of `num_tasks` tasks (or `task_ids`).
 
         `call_index` fixes the draw (tasks, seeds, group ids); by default this
-        runner's count of sample calls.
+        runner's count of sample calls. A training runner with env_config
+        `start_states` draws those instead of tasks, when `task_ids` is not given:
+        each group replays one and plays on from its last answer, for up to the
+        horizon's turns.
         """
         start = time.perf_counter()
         self._ensure_engine()
         group_size = int(group_size or self.config.group_size)
         call = self._num_sample_calls if call_index is None else int(call_index)
         self._num_sample_calls += 1
+        starts: list[StartState] | None = None
         if task_ids is None:
             num_tasks = int(num_tasks or self.config.tasks_per_iteration)
             rng = np.random.default_rng([self._seed % 2**32, call])
-            task_ids = [int(x) for x in rng.choice(self._task_ids, size=num_tasks, replace=num_tasks > len(self._task_ids))]
+            if self._start_states:
+                picks = rng.choice(len(self._start_states), size=num_tasks, replace=num_tasks > len(self._start_states))
+                starts = [self._start_states[int(i)] for i in picks]
+                task_ids = [s.data_idx for s in starts]
+            else:
+                task_ids = [int(x) for x in rng.choice(self._task_ids, size=num_tasks, replace=num_tasks > len(self._task_ids))]
+        starts = starts or [None] * len(task_ids)
         result = RolloutResult(trajectories=[], horizon=self._max_turns)
         sessions = self._ensure_sessions(len(task_ids) * group_size)
         sampling = SamplingConfig(
@@ -253,13 +286,15 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         specs = [(t, g) for t in task_ids for g in range(group_size)]
         group_base = (call * 1000 + (self.worker_index or 0)) * 10_000  # unique per (call, runner)
         t0 = time.perf_counter()
-        resets = list(self._pool.map(lambda i: self._safe(sessions[i].reset, specs[i][0]), range(len(specs))))
+        resets = list(self._pool.map(
+            lambda i: self._safe(self._reset, sessions[i], specs[i][0], starts[i // group_size]), range(len(specs))))
         result.env_s += time.perf_counter() - t0
         episodes: list[_Episode] = []
-        for i, ((data_idx, _), obs) in enumerate(zip(specs, resets)):
-            if isinstance(obs, EnvFailure):
+        for i, ((data_idx, _), reset) in enumerate(zip(specs, resets)):
+            if isinstance(reset, EnvFailure):
                 result.num_dropped += 1
                 continue
+            obs, replayed = reset
             traj = Trajectory(
                 env=self.spec.name,
                 data_idx=data_idx,
@@ -269,6 +304,11 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
             prompt = self._chat.prompt_ids(self._tokenizer, self.spec.instruction, obs)
             traj.append(prompt, generated=False)
             traj.prompt_len = len(prompt)
+            for turn in replayed:  # context only: never trained on
+                traj.append(self._chat.response_ids(self._tokenizer, turn.record.response), generated=False)
+                traj.append(self._chat.observation_ids(self._tokenizer, turn.answer, False), generated=False)
+                traj.replayed_turns.append(turn.record)
+                obs = turn.answer
             episodes.append(_Episode(traj, sessions[i], obs))
 
         max_len = int(self.config.max_model_len)
@@ -337,6 +377,24 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         self._env_steps_lifetime += steps
         result.wall_s = time.perf_counter() - start
         return result
+
+    @staticmethod
+    def _reset(session, data_idx: int, start: StartState | None) -> tuple[str, list[_Replayed]]:
+        """Reset `session` to its task, then replay `start`'s prefix there: (the task's first
+        observation, the replayed turns)."""
+        first = observation = session.reset(data_idx)
+        replayed: list[_Replayed] = []
+        for response, action in (start.prefix if start else ()):
+            step = session.step(action)
+            if step.done:
+                raise ValueError(f"a start state of task {data_idx} ends the episode at its action {action!r}: "
+                                 "it leaves nothing to play from")
+            progress = step.info.get("progress")
+            record = Turn(observation, response, action, float(step.reward), True,
+                          bool(step.info.get("invalid_action", False)), None if progress is None else float(progress))
+            replayed.append(_Replayed(record, step.observation))
+            observation = step.observation
+        return first, replayed
 
     @staticmethod
     def _safe(fn, *args):

@@ -13,6 +13,10 @@
     split:        task split to draw from ("train" by default)
     categories:   only the split's tasks of these categories (e.g. [GoTo, Open]),
                   in training and in periodic evaluation
+    task_ids:     train on exactly these tasks of the split (not in evaluation)
+    start_states: a JSONL file of replayed starts (`rllib start-states`): training
+                  episodes begin after an agent's earlier turns on those tasks
+                  (not in evaluation; rllib_agentgym/data/start_states.py)
     client_timeout_s (60), client_retries (3), client_backoff_s (0.5):
                   HTTP fault tolerance: per-request timeout, retries of a failed
                   reset / step (recreating the session), first backoff (doubled
