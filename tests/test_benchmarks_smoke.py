@@ -748,3 +748,27 @@ def test_learner_benchmark_times_the_other_prefix_setting_beside_the_learners():
     assert mode_limits("no_kl", False) == {"bare": {}, "bare_full_lm_head": {"full_lm_head": True},
                                            "bare_shared": {"share_prefix": True}}
     assert mode_limits("kl", False) == MODE_LIMITS["kl"] and "bare_unshared" in MODE_LIMITS["no_kl"]
+
+
+def test_start_state_recovery_plays_every_state_k_times_with_paired_seeds(tmp_path):
+    from benchmarks.start_state_recovery import main as recovery_main
+    from envs.textcraft.env import TextCraftEnv
+    from envs.textcraft.expert import parse_task
+    from rllib_agentgym.envs.registry import get_spec
+
+    env, states = TextCraftEnv(), []
+    for data_idx in get_spec("agentgym/textcraft").task_ids("test", ["depth 1"])[:3]:
+        commands, goal = parse_task(env.reset(data_idx))
+        (item, n), *_ = commands[goal].ingredients
+        states.append({"data_idx": data_idx, "prefix": [{"response": f"Action: get {n} {item}", "action": f"get {n} {item}"}]})
+    starts = tmp_path / "starts.jsonl"
+    starts.write_text("".join(json.dumps(s) + "\n" for s in states))
+    result = recovery_main(["a=embedded", "b=embedded", "--starts", str(starts), "--categories", "depth 1",
+                            "--k", "2", "--max-turns", "1", "--max-new-tokens", "16", "--max-model-len", "1024",
+                            "--dtype", "float32", "--engine", "hf", "--out", str(tmp_path / "r.json")])
+    a, b = result["rows"]["a"], result["rows"]["b"]
+    assert a["episodes"] == b["episodes"] == 6 and a["states"] == 3
+    assert sum(c["episodes"] for c in a["by_category"].values()) == 6
+    # The same policy with the same generation seeds recovers in the same episodes.
+    assert b["by_state"] == a["by_state"] and b["vs_baseline"] == {"up": 0, "down": 0, "net_episodes": 0}
+    assert json.loads((tmp_path / "r.json").read_text())["settings"]["k"] == 2
