@@ -17,10 +17,14 @@ policy never trained on, apart from everything else a greedy test score mixes in
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any, Sequence
 
-from benchmarks.common import emit, meta, quiet_logs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/...`
+
+from benchmarks.common import emit, meta, quiet_logs  # noqa: E402
 
 
 def state_key(trajectory) -> tuple:
