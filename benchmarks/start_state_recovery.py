@@ -25,6 +25,7 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also run as `python benchmarks/...`
 
 from benchmarks.common import emit, meta, quiet_logs  # noqa: E402
+from benchmarks.pool_transfer import paired_change  # noqa: E402
 
 
 def state_key(trajectory) -> tuple:
@@ -50,13 +51,11 @@ def recoveries(trajectories) -> dict[str, Any]:
             "by_state": {repr(key): by_state[key] for key in played}}
 
 
-def paired_change(baseline: dict[str, int], other: dict[str, int]) -> dict[str, int]:
-    """States where `other` recovers in more / fewer episodes than `baseline`."""
+def paired_by_state(baseline: dict[str, int], other: dict[str, int]) -> dict[str, int]:
+    """States where `other` recovers in more / fewer / as many episodes as `baseline`."""
     if set(baseline) != set(other):
         raise ValueError("the two policies did not play the same start states")
-    return {"up": sum(1 for k in baseline if other[k] > baseline[k]),
-            "down": sum(1 for k in baseline if other[k] < baseline[k]),
-            "net_episodes": sum(other[k] - baseline[k] for k in baseline)}
+    return paired_change(baseline, other, list(baseline))
 
 
 def play_from_starts(source: str, args: argparse.Namespace):
@@ -107,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         rows[name] = {"source": source, **recoveries(play_from_starts(source, args))}
         baseline = next(iter(rows.values()))
         if rows[name] is not baseline:
-            rows[name]["vs_baseline"] = paired_change(baseline["by_state"], rows[name]["by_state"])
+            rows[name]["vs_baseline"] = paired_by_state(baseline["by_state"], rows[name]["by_state"])
         row = rows[name]
         line = f"{name:>10}: {row['recovered']}/{row['episodes']} episodes, {row['states_recovered']}/{row['states']} states"
         if "vs_baseline" in row:

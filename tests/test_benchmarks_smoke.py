@@ -770,5 +770,5 @@ def test_start_state_recovery_plays_every_state_k_times_with_paired_seeds(tmp_pa
     assert a["episodes"] == b["episodes"] == 6 and a["states"] == 3
     assert sum(c["episodes"] for c in a["by_category"].values()) == 6
     # The same policy with the same generation seeds recovers in the same episodes.
-    assert b["by_state"] == a["by_state"] and b["vs_baseline"] == {"up": 0, "down": 0, "net_episodes": 0}
+    assert b["by_state"] == a["by_state"] and b["vs_baseline"] == {"up": 0, "down": 0, "level": 3, "net_episodes": 0}
     assert json.loads((tmp_path / "r.json").read_text())["settings"]["k"] == 2
