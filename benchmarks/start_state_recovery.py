@@ -12,6 +12,9 @@ first policy (a state is "up" when a policy recovers in more of its k episodes).
 
 On test goals this measures whether a recovery that training taught carries to goals the
 policy never trained on, apart from everything else a greedy test score mixes in.
+`--k 1 --temperature 0` plays each state once, greedily: whether the recovery reaches the
+policy's first choice, which a sampled count can miss (a policy that recovers in more of its
+samples can still pick another action first).
 """
 
 from __future__ import annotations
