@@ -253,7 +253,7 @@ _INHERITED = ("env_config", "max_model_len", "max_new_tokens", "max_turns", "inf
               "engine_options", "top_p", "env_step_threads")
 
 
-_TRAINING_ONLY = ("task_ids", "start_states")  # env_config keys that shape training draws only
+_TRAINING_ONLY = ("task_ids", "start_states", "start_state_fraction")  # env_config keys that shape training draws only
 
 
 def evaluation_env_config(trained: Mapping[str, Any] | None, given: Mapping[str, Any] | None,

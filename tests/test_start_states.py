@@ -13,7 +13,7 @@ from rllib_agentgym.algorithms.grpo.grpo import GRPOConfig
 from rllib_agentgym.core.chat import ChatFormat
 from rllib_agentgym.cli import main as cli_main
 from rllib_agentgym.data.start_states import load_start_states, start_states_from_episodes
-from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner
+from rllib_agentgym.env_runners.llm_env_runner import LLMEnvRunner, start_state_fraction
 from rllib_agentgym.envs.registry import get_spec
 from rllib_agentgym.evaluation import evaluation_env_config
 
@@ -137,6 +137,40 @@ def test_runner_plays_on_from_the_replayed_state_and_trains_only_its_own_turns(t
     assert "Crafting commands:" in fresh.trajectories[0].turns[0].observation
 
 
+def test_a_start_state_fraction_mixes_replayed_starts_with_fresh_tasks(tmp_path, embedded_model):
+    env = TextCraftEnv()
+    data_idx, wrong_craft, fetch = _batch_goal_task(env)
+    episode = _played_episode(env, data_idx, [fetch, wrong_craft])
+    starts = tmp_path / "starts.jsonl"
+    starts.write_text(json.dumps(start_states_from_episodes([episode], "wrong quantities")[0].record()) + "\n")
+
+    runner = _runner({"start_states": str(starts), "start_state_fraction": 0.5, "categories": ["depth 1"]})
+    try:
+        result = runner.sample(num_tasks=4)
+    finally:
+        runner.stop()
+    assert len(result.trajectories) == 8 and result.num_dropped == 0
+    replayed = [t for t in result.trajectories if t.replayed_turns]
+    fresh = [t for t in result.trajectories if not t.replayed_turns]
+    # Two of the four groups replay the start state; the other two play depth-1 tasks from their start.
+    assert len(replayed) == 4 and len({t.group_id for t in replayed}) == 2
+    assert all(t.data_idx == data_idx and "wrong quantities" in t.turns[0].observation for t in replayed)
+    assert len(fresh) == 4 and len({t.group_id for t in fresh}) == 2
+    depth1 = set(get_spec("agentgym/textcraft").task_ids("train", ["depth 1"]))
+    assert all(t.data_idx in depth1 and "Crafting commands:" in t.turns[0].observation for t in fresh)
+
+
+@pytest.mark.parametrize("env_config, message", [
+    ({"start_state_fraction": 0.5}, "needs start_states"),
+    ({"start_states": "starts.jsonl", "start_state_fraction": 0.0}, r"in \(0, 1\]"),
+    ({"start_states": "starts.jsonl", "start_state_fraction": 1.5}, r"in \(0, 1\]"),
+    ({"start_states": "starts.jsonl", "start_state_fraction": "half"}, r"in \(0, 1\]"),
+])
+def test_a_bad_start_state_fraction_is_a_clear_error(env_config, message):
+    with pytest.raises(ValueError, match=message):
+        start_state_fraction(env_config)
+
+
 def test_start_states_outside_the_runners_tasks_are_refused(tmp_path):
     spec = get_spec("agentgym/textcraft")
     depth2 = spec.task_ids("train", ["depth 2"])[0]
@@ -147,5 +181,6 @@ def test_start_states_outside_the_runners_tasks_are_refused(tmp_path):
 
 
 def test_start_states_do_not_follow_a_checkpoint_into_its_evaluation():
-    trained = {"start_states": "starts.jsonl", "task_ids": [1, 2], "categories": ["depth 1"], "split": "train"}
+    trained = {"start_states": "starts.jsonl", "start_state_fraction": 0.5, "task_ids": [1, 2],
+               "categories": ["depth 1"], "split": "train"}
     assert evaluation_env_config(trained, None, "test") == {"categories": ["depth 1"], "split": "test"}

@@ -147,6 +147,17 @@ class _Replayed:
     answer: str
 
 
+def start_state_fraction(env_config: dict) -> float:
+    """env_config `start_state_fraction`: the share of a training call's groups that start
+    from `start_states` (1.0 by default); the rest play fresh tasks of the runner's split."""
+    value = env_config.get("start_state_fraction", 1.0)
+    if "start_state_fraction" in env_config and not env_config.get("start_states"):
+        raise ValueError("env_config start_state_fraction needs start_states (a file of `rllib start-states`)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise ValueError(f"env_config start_state_fraction must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
 class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
@@ -161,6 +172,7 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         # like `task_ids`, they do not follow the runner into evaluation.
         starts_path = None if evaluates else self._env_config.get("start_states")
         self._start_states = self._drawable_start_states(starts_path) if starts_path else None
+        self._start_state_fraction = start_state_fraction(self._env_config)
         self._seed = (self.config.seed if self.config.seed is not None else 0) + 1000 * (self.worker_index or 0)
         self._num_sample_calls = 0
         self._max_turns = int(self.config.max_turns)
@@ -256,7 +268,8 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         runner's count of sample calls. A training runner with env_config
         `start_states` draws those instead of tasks, when `task_ids` is not given:
         each group replays one and plays on from its last answer, for up to the
-        horizon's turns.
+        horizon's turns. With `start_state_fraction` below 1, only that share of
+        the groups (rounded) does; the others play fresh tasks.
         """
         start = time.perf_counter()
         self._ensure_engine()
@@ -267,12 +280,16 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         if task_ids is None:
             num_tasks = int(num_tasks or self.config.tasks_per_iteration)
             rng = np.random.default_rng([self._seed % 2**32, call])
-            if self._start_states:
-                picks = rng.choice(len(self._start_states), size=num_tasks, replace=num_tasks > len(self._start_states))
+            num_starts = round(self._start_state_fraction * num_tasks) if self._start_states else 0
+            starts = []
+            if num_starts:
+                picks = rng.choice(len(self._start_states), size=num_starts,
+                                   replace=num_starts > len(self._start_states))
                 starts = [self._start_states[int(i)] for i in picks]
-                task_ids = [s.data_idx for s in starts]
-            else:
-                task_ids = [int(x) for x in rng.choice(self._task_ids, size=num_tasks, replace=num_tasks > len(self._task_ids))]
+            num_fresh = num_tasks - num_starts
+            fresh = rng.choice(self._task_ids, size=num_fresh, replace=num_fresh > len(self._task_ids))
+            task_ids = [s.data_idx for s in starts] + [int(x) for x in fresh]
+            starts = starts + [None] * num_fresh
         starts = starts or [None] * len(task_ids)
         result = RolloutResult(trajectories=[], horizon=self._max_turns)
         sessions = self._ensure_sessions(len(task_ids) * group_size)

@@ -17,6 +17,8 @@
     start_states: a JSONL file of replayed starts (`rllib start-states`): training
                   episodes begin after an agent's earlier turns on those tasks
                   (not in evaluation; rllib_agentgym/data/start_states.py)
+    start_state_fraction: the share of training groups drawn from start_states
+                  (1.0); the others play fresh tasks
     client_timeout_s (60), client_retries (3), client_backoff_s (0.5):
                   HTTP fault tolerance: per-request timeout, retries of a failed
                   reset / step (recreating the session), first backoff (doubled
