@@ -93,14 +93,21 @@ def _runner(env_config: dict, evaluates: bool = False) -> LLMEnvRunner:
     return LLMEnvRunner(config=config, worker_index=0)
 
 
-def test_runner_plays_on_from_the_replayed_state_and_trains_only_its_own_turns(tmp_path, embedded_model):
+def _wrong_quantity_start(tmp_path) -> tuple[int, str, str, dict, str]:
+    """A start-states file of one depth-1 episode cut after its wrong-count craft:
+    (task id, the wrong craft, the fetch before it, the episode, the file)."""
     env = TextCraftEnv()
     data_idx, wrong_craft, fetch = _batch_goal_task(env)
     episode = _played_episode(env, data_idx, [fetch, wrong_craft])
     starts = tmp_path / "starts.jsonl"
     starts.write_text(json.dumps(start_states_from_episodes([episode], "wrong quantities")[0].record()) + "\n")
+    return data_idx, wrong_craft, fetch, episode, str(starts)
 
-    runner = _runner({"start_states": str(starts), "categories": ["depth 1"]})
+
+def test_runner_plays_on_from_the_replayed_state_and_trains_only_its_own_turns(tmp_path, embedded_model):
+    data_idx, wrong_craft, fetch, episode, starts = _wrong_quantity_start(tmp_path)
+
+    runner = _runner({"start_states": starts, "categories": ["depth 1"]})
     try:
         result = runner.sample(num_tasks=2)
         tok = runner._tokenizer
@@ -128,7 +135,7 @@ def test_runner_plays_on_from_the_replayed_state_and_trains_only_its_own_turns(t
     assert chat.response_ids(tok, "Action: look") == tok("Action: look", add_special_tokens=False)["input_ids"]
 
     # Evaluation plays its tasks from their start, as it does with a pinned `task_ids`.
-    evaluator = _runner({"start_states": str(starts), "categories": ["depth 1"]}, evaluates=True)
+    evaluator = _runner({"start_states": starts, "categories": ["depth 1"]}, evaluates=True)
     try:
         fresh = evaluator.sample(task_ids=[data_idx], group_size=1)
     finally:
@@ -138,13 +145,8 @@ def test_runner_plays_on_from_the_replayed_state_and_trains_only_its_own_turns(t
 
 
 def test_a_start_state_fraction_mixes_replayed_starts_with_fresh_tasks(tmp_path, embedded_model):
-    env = TextCraftEnv()
-    data_idx, wrong_craft, fetch = _batch_goal_task(env)
-    episode = _played_episode(env, data_idx, [fetch, wrong_craft])
-    starts = tmp_path / "starts.jsonl"
-    starts.write_text(json.dumps(start_states_from_episodes([episode], "wrong quantities")[0].record()) + "\n")
-
-    runner = _runner({"start_states": str(starts), "start_state_fraction": 0.5, "categories": ["depth 1"]})
+    data_idx, _, _, _, starts = _wrong_quantity_start(tmp_path)
+    runner = _runner({"start_states": starts, "start_state_fraction": 0.5, "categories": ["depth 1"]})
     try:
         result = runner.sample(num_tasks=4)
     finally:
