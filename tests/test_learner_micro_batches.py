@@ -287,3 +287,29 @@ def test_trained_rows_fraction_is_the_mean_over_the_updates_minibatches(embedded
             assert results[0]["default_policy"]["trained_rows_fraction"].peek() == pytest.approx(expected)
     finally:
         learner_group.shutdown()
+
+
+def test_loss_stats_are_the_mean_over_the_updates_minibatches(embedded_model):
+    """Minibatches of 3 rows, one group each, the second a copy of the first (lr 0: both give the
+    same loss L). Reported: L. With the copy's rewards made equal (a minibatch without
+    advantage, loss 0) the update reports L / 2, not the last minibatch's 0."""
+    config, learner_group = _advantage_only_learner(embedded_model)
+    reported = {}
+    try:
+        for equal_second_group in (False, True):
+            batch = grpo_batch(config)
+            arrays = batch.policy_batches["default_policy"]
+            for key in arrays.keys():
+                arrays[key][3:6] = arrays[key][0:3]
+            if equal_second_group:
+                arrays["advantages"][3:6] = 0.0
+            results = learner_group.update(batch=batch, minibatch_size=3, num_epochs=1, shuffle_batch_per_epoch=False,
+                                           timesteps={"num_env_steps_sampled_lifetime": 0})
+            reported[equal_second_group] = {k: float(results[0]["default_policy"][k].peek())
+                                            for k in ("policy_loss", "entropy", "clip_fraction")}
+    finally:
+        learner_group.shutdown()
+    assert reported[False]["policy_loss"] != 0.0
+    assert reported[True]["policy_loss"] == pytest.approx(reported[False]["policy_loss"] / 2, rel=1e-4)
+    # The other stats describe the rows that trained: the one minibatch with advantage.
+    assert reported[True]["entropy"] == pytest.approx(reported[False]["entropy"], rel=1e-4)

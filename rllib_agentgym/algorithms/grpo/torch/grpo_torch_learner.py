@@ -390,9 +390,7 @@ class GRPOTorchLearner(TorchLearner):
         if "advantages" in module_batch and self._skips_zero_advantage_rows(module_id):
             # Their loss and gradient are 0 (`rows_with_signal`); the counts above keep the whole minibatch's.
             keep = rows_with_signal(module_batch["advantages"], module_batch["response_mask"])
-            # The mean over the update's minibatches: Ray's mean stats start afresh at each reduce.
-            self.metrics.log_value((module_id, TRAINED_ROWS_FRACTION), float(keep.float().mean()), reduce="mean",
-                                   window=None)
+            self._log_update_mean(module_id, TRAINED_ROWS_FRACTION, float(keep.float().mean()))
             if not keep.any():
                 return self._zero_gradients(module_id)
             module_batch = {k: v[keep] for k, v in module_batch.items()}
@@ -421,8 +419,13 @@ class GRPOTorchLearner(TorchLearner):
                 share = 1.0 if name in SUMMED_STATS else weight
                 stats_sums[name] = stats_sums.get(name, 0.0) + share * float(value)
         for name, value in stats_sums.items():
-            self.metrics.log_value((module_id, name), value, window=1)
+            self._log_update_mean(module_id, name, value)
         return torch.tensor(total_loss)
+
+    def _log_update_mean(self, module_id, name: str, value: float) -> None:
+        # The mean over the update's minibatches (Ray's mean stats start afresh at each reduce),
+        # not the last minibatch's: that one may have had no advantage anywhere.
+        self.metrics.log_value((module_id, name), value, reduce="mean", window=None)
 
     def _zero_gradients(self, module_id) -> torch.Tensor:
         """A minibatch without advantage anywhere: loss 0 and zero gradients, without a forward.
@@ -431,7 +434,7 @@ class GRPOTorchLearner(TorchLearner):
         for p in self.module[module_id].parameters():
             if p.requires_grad and p.grad is None:
                 p.grad = torch.zeros_like(p)
-        self.metrics.log_value((module_id, POLICY_LOSS), 0.0, window=1)
+        self._log_update_mean(module_id, POLICY_LOSS, 0.0)
         return torch.tensor(0.0)
 
     def _accumulate_expert_gradients(self, module_id) -> None:
@@ -458,7 +461,7 @@ class GRPOTorchLearner(TorchLearner):
             nll = aggregate_loss(-out["logprobs"], micro["response_mask"], "token-mean", **counts)
             (cfg.sft_coef * nll).backward()
             nll_sum += float(nll.detach())
-        self.metrics.log_value((module_id, SFT_LOSS), nll_sum, window=1)
+        self._log_update_mean(module_id, SFT_LOSS, nll_sum)
 
     def compute_loss_for_module(self, *, module_id, config, batch: Dict[str, Any], fwd_out: Dict[str, Any]):
         """L = clipped surrogate + kl_coef * KL(pi || pi_ref) - entropy_coeff * H [+ vf_loss_coeff * L_V],
