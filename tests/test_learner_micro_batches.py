@@ -43,13 +43,15 @@ def _update(learner_group, config):
     return loss, grads, np.where(arrays["attention_mask"] == 1, arrays["ref_logprobs"], 0.0), stats
 
 
-def test_sorted_micro_batches_leave_loss_and_gradients_unchanged(embedded_model, monkeypatch):
+# seq-mean-token-sum-norm (Dr. GRPO) divides by a constant length, not by a micro-batch's trimmed width.
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-sum-norm"])
+def test_sorted_micro_batches_leave_loss_and_gradients_unchanged(embedded_model, monkeypatch, loss_agg_mode):
     # lr = 0: the update leaves the weights as they were, so both runs start from the same point.
     config = (
         GRPOConfig()
         .environment("agentgym/textcraft")
         .llm(model_path=embedded_model)
-        .training(micro_batch_size=2, lr=0.0, kl_coef=0.1, entropy_coeff=0.01)
+        .training(micro_batch_size=2, lr=0.0, kl_coef=0.1, entropy_coeff=0.01, loss_agg_mode=loss_agg_mode)
         .learners(num_learners=0)
     )
     spec = config.get_default_rl_module_spec()

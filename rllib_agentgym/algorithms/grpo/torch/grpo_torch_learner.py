@@ -468,6 +468,9 @@ class GRPOTorchLearner(TorchLearner):
         each aggregated per `loss_agg_mode` with the whole minibatch's counts."""
         cfg = config
         counts = getattr(self, "_loss_counts", None) or global_loss_counts(batch["response_mask"])
+        # Dr. GRPO's constant length: a micro-batch is trimmed to its own longest row, so its
+        # width would weight each micro-batch's tokens differently. Every row fits max_model_len.
+        norm_length = cfg.max_model_len
         mask = batch["response_mask"]
         logprobs = fwd_out["logprobs"]
         old = batch["old_logprobs"] if "old_logprobs" in batch else logprobs.detach()
@@ -479,18 +482,20 @@ class GRPOTorchLearner(TorchLearner):
             clip_ratio_low=cfg.clip_ratio_low,
             clip_ratio_high=cfg.clip_ratio_high,
             loss_agg_mode=cfg.loss_agg_mode,
+            norm_length=norm_length,
             **counts,
         )
         out = {POLICY_LOSS: loss.detach(), **stats}
         if self._critic_only:
             loss = torch.zeros((), device=logprobs.device)  # critic_warmup: the value loss alone
         if "ref_logprobs" in batch:
-            kl = aggregate_loss(kl_penalty(logprobs, batch["ref_logprobs"], cfg.kl_estimator), mask, cfg.loss_agg_mode, **counts)
+            kl = aggregate_loss(kl_penalty(logprobs, batch["ref_logprobs"], cfg.kl_estimator), mask, cfg.loss_agg_mode,
+                                norm_length, **counts)
             if cfg.use_kl_loss and cfg.kl_coef > 0:
                 loss = loss + cfg.kl_coef * kl
             out[KL] = kl.detach()
         if "entropy" in fwd_out:
-            entropy = aggregate_loss(fwd_out["entropy"], mask, cfg.loss_agg_mode, **counts)
+            entropy = aggregate_loss(fwd_out["entropy"], mask, cfg.loss_agg_mode, norm_length, **counts)
             out[ENTROPY] = entropy.detach()
             if cfg.entropy_coeff:  # the module keeps the entropy's graph when this is set
                 loss = loss - cfg.entropy_coeff * entropy
