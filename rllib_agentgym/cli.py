@@ -133,6 +133,13 @@ def _export_parser(sub) -> None:
     p.add_argument("--to", required=True, dest="out", help="output folder")
 
 
+def _interpolate_parser(sub) -> None:
+    from rllib_agentgym.interpolate import add_arguments
+
+    add_arguments(sub.add_parser("interpolate", help="write the model at alpha on the line between two models "
+                                                     "(WiSE-FT: a warm start and its RL checkpoint)"))
+
+
 def _experts_parser(sub) -> None:
     from rllib_agentgym.data.experts import add_arguments
 
@@ -154,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _plot_parser(sub)
     _evaluate_parser(sub)
     _export_parser(sub)
+    _interpolate_parser(sub)
     _experts_parser(sub)
     _start_states_parser(sub)
     args = parser.parse_args(argv)
@@ -170,6 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(export_checkpoint(args.checkpoint, args.out))
             return 0
+        if args.command == "interpolate":
+            from rllib_agentgym.interpolate import run
+
+            return run(args)
         if args.command == "plot":
             from rllib_agentgym.plotting import plot_main
 
