@@ -26,10 +26,13 @@ _SIDE_FILES = ("config.json", "generation_config.json", "chat_template.jinja", "
 def interpolate_weights(start: dict, end: dict, alpha: float) -> dict:
     """theta = (1 - alpha) * theta_start + alpha * theta_end, tensor by tensor.
 
-    Computed in float32 and cast back to the end's dtype. alpha 0 gives the start, 1 the end;
+    Computed in float32 and stored in the wider of the two dtypes (a bfloat16 RL checkpoint
+    from a float32 warm start gives float32: no rounding of the mix). alpha 0 gives the start, 1 the end;
     values outside [0, 1] extrapolate along the same line. Both must hold the same tensor
     names and shapes (one architecture, one vocabulary); anything else is a ValueError.
     """
+    import torch
+
     missing, extra = sorted(set(end) - set(start)), sorted(set(start) - set(end))
     if missing or extra:
         raise ValueError(f"the models hold different tensors: only in the end {missing[:3]}, "
@@ -46,7 +49,7 @@ def interpolate_weights(start: dict, end: dict, alpha: float) -> dict:
             out[name] = end_tensor.clone()
             continue
         mixed = (1.0 - alpha) * start_tensor.float() + alpha * end_tensor.float()
-        out[name] = mixed.to(end_tensor.dtype).contiguous()
+        out[name] = mixed.to(torch.promote_types(start_tensor.dtype, end_tensor.dtype)).contiguous()
     return out
 
 

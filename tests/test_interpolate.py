@@ -20,13 +20,16 @@ def test_hand_values_on_the_line_and_past_its_ends():
     assert interpolate_weights(start, end, 0.25)["step"].tolist() == [3]  # integers must agree, and pass
 
 
-def test_ends_give_back_each_model_and_the_end_dtype_is_kept():
+def test_ends_give_back_each_model_in_the_wider_dtype():
     g = torch.Generator().manual_seed(0)
     start = {"w": torch.randn(4, 8, generator=g).to(torch.bfloat16)}
     end = {"w": torch.randn(4, 8, generator=g).to(torch.bfloat16)}
     assert torch.equal(interpolate_weights(start, end, 0.0)["w"], start["w"])
     assert torch.equal(interpolate_weights(start, end, 1.0)["w"], end["w"])
     assert interpolate_weights(start, end, 0.5)["w"].dtype == torch.bfloat16
+    wide = interpolate_weights({"w": start["w"].float()}, end, 0.5)["w"]
+    assert wide.dtype == torch.float32  # a float32 start is not rounded to the end's bfloat16
+    assert torch.equal(wide, (start["w"].float() + end["w"].float()) / 2)
 
 
 @pytest.mark.parametrize("start, end, match", [
