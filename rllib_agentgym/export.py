@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 POLICY_SUBDIR = Path("learner_group") / "learner" / "rl_module" / "default_policy"
@@ -32,6 +34,24 @@ def is_rllib_checkpoint(path: str | os.PathLike) -> bool:
     return os.path.isdir(path) and policy_module_dir(path) is not None
 
 
+@contextmanager
+def replacing_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
+    """A fresh folder next to `out_dir` to write into; it replaces `out_dir` whole when the
+    block ends, and is removed if the block raises: a reader never sees half a model."""
+    out = Path(out_dir)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+
+
 def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Write the checkpoint's policy as a HF model folder at `out_dir` (atomically)."""
     from ray.rllib.core.rl_module.rl_module import RLModule
@@ -44,16 +64,10 @@ def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike)
         raise FileNotFoundError(f"{checkpoint}: not an RLlib checkpoint with a policy module")
     module = RLModule.from_checkpoint(str(module_dir))
     base = resolve_model_path(module.model_config.get("model", "embedded"))
-    out = Path(out_dir)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    module.hf_model().save_pretrained(tmp, safe_serialization=True)
-    AutoTokenizer.from_pretrained(base).save_pretrained(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
+    with replacing_folder(out_dir) as tmp:
+        module.hf_model().save_pretrained(tmp, safe_serialization=True)
+        AutoTokenizer.from_pretrained(base).save_pretrained(tmp)
+    return Path(out_dir)
 
 
 def exported_model_path(checkpoint: str | os.PathLike) -> Path:

@@ -63,6 +63,7 @@ def interpolate_models(start: str, end: str, alpha: float, out_dir: str | os.Pat
     from safetensors.torch import save_file
 
     from rllib_agentgym.core.embedded import load_model_weights, resolve_model_path
+    from rllib_agentgym.export import replacing_folder
 
     start_dir, end_dir = Path(resolve_model_path(start)), Path(resolve_model_path(end))
     for label, folder in (("start", start_dir), ("end", end_dir)):
@@ -70,18 +71,12 @@ def interpolate_models(start: str, end: str, alpha: float, out_dir: str | os.Pat
             raise FileNotFoundError(f"{label} {folder}: no *.safetensors weights (a local model folder, "
                                     f"agent name or checkpoint is needed)")
     weights = interpolate_weights(load_model_weights(start_dir), load_model_weights(end_dir), alpha)
-    out = Path(out_dir)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in _SIDE_FILES:
-        if (end_dir / name).exists():
-            shutil.copy2(end_dir / name, tmp / name)
-    save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
+    with replacing_folder(out_dir) as tmp:
+        for name in _SIDE_FILES:
+            if (end_dir / name).exists():
+                shutil.copy2(end_dir / name, tmp / name)
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    return Path(out_dir)
 
 
 def add_arguments(p) -> None:

@@ -71,3 +71,20 @@ def test_cli_names_a_folder_without_weights(embedded_model, tmp_path, capsys):
     assert code == 2
     assert "no *.safetensors weights" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_write_leaves_the_old_folder_whole(tmp_path):
+    from rllib_agentgym.export import replacing_folder
+
+    out = tmp_path / "model"
+    with replacing_folder(out) as tmp:
+        (tmp / "a").write_text("first")
+    with pytest.raises(RuntimeError):
+        with replacing_folder(out) as tmp:
+            (tmp / "a").write_text("half")
+            raise RuntimeError("disk full")
+    assert (out / "a").read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temp folder left
+    with replacing_folder(out) as tmp:
+        (tmp / "b").write_text("second")
+    assert sorted(p.name for p in out.iterdir()) == ["b"]  # replaced whole, not merged
