@@ -208,9 +208,11 @@ def run_curve(config: Mapping[str, Any], iterations: int, eval_every: int, log=p
                           "invalid_action_rate": float(runners.get("invalid_action_rate", float("nan"))),
                           "repeated_refusal_rate": float(runners.get("repeated_refusal_rate", float("nan"))),
                           # DAPO's refill rounds and the informative groups the batch kept (dynamic_sampling only);
-                          # the mean of each episode's most progress (envs that report it).
+                          # the mean of each episode's most progress (envs that report it); the greedy members'
+                          # success (greedy_group_members only).
                           **{k: float(runners[k]) for k in ("dynamic_sampling_rounds", "dynamic_sampling_groups_kept",
-                                                            "progress_mean") if k in runners},
+                                                            "progress_mean", "greedy_member_success_rate")
+                             if k in runners},
                           **{k: float(learner[k]) for k in ("entropy", "clip_fraction", "policy_loss", "kl", "sft_loss", "trained_rows_fraction") if k in learner},
                           "time_s": float(result["time_this_iter_s"]),
                           "rollout_s": float(runners.get("rollout_wall_s", float("nan"))),

@@ -28,7 +28,7 @@ TB_SCALARS = [
 def test_textcraft_cpu_yaml_trains_checkpoints_and_restores(ray_local, tmp_path):
     # Same file, smaller budget: 3 iterations, horizon 2 then 4 from iteration 2 on.
     path, _, _ = shortened_example("textcraft_cpu.yaml", tmp_path, 3, checkpoint_frequency=2, checkpoint_at_end=True,
-                                   group_size=2, tasks_per_iteration=2, max_new_tokens=16,
+                                   group_size=2, greedy_group_members=1, tasks_per_iteration=2, max_new_tokens=16,
                                    scaling_inter={"schedule": [2, 4], "interval": 2})
 
     assert main(["train", "file", str(path), "--storage-path", str(tmp_path / "results"), "-v", "0"]) == 0
@@ -44,6 +44,8 @@ def test_textcraft_cpu_yaml_trains_checkpoints_and_restores(ray_local, tmp_path)
         for key in ("episode_return_mean", "success_rate", "num_turns_mean", "generated_tokens_per_s"):
             assert key in r["env_runners"]
         assert r["env_runners"]["num_episodes"] == 4
+        # One member of each group played greedily: its success on the train goals.
+        assert 0.0 <= r["env_runners"]["greedy_member_success_rate"] <= 1.0
         # TextCraft reports info["progress"] every step; the runner keeps it per turn.
         assert 0.0 <= r["env_runners"]["progress_mean"] <= 1.0
     # TensorBoard event files (Tune's scalars and our extras), trajectories for the viewer.

@@ -77,6 +77,38 @@ def test_runner_groups_masks_and_horizon(engine):
     assert result.num_generated_tokens == sum(t.num_generated_tokens for t in trajs)
 
 
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_greedy_group_member_plays_the_greedy_episode(engine):
+    # One member of each group at temperature 0 (GRPOConfig.greedy_group_members): it plays
+    # what a greedy evaluation of that task plays, while the others sample.
+    runner = _runner(engine, {}, group_size=4, greedy_group_members=1, temperature=1.0, max_turns=2,
+                     max_new_tokens=16, model_dtype="float32")
+    try:
+        trained = runner.sample(task_ids=[3, 7]).trajectories
+        evaluated = runner.sample(task_ids=[3, 7], group_size=1, explore=False).trajectories
+    finally:
+        runner.stop()
+    assert len(trained) == 8 and [t.greedy for t in trained] == [True, False, False, False] * 2
+    assert all(t.greedy for t in evaluated)
+    for task, greedy_episode in zip([3, 7], evaluated):
+        members = [t for t in trained if t.data_idx == task]
+        assert members[0].token_ids == greedy_episode.token_ids
+        assert members[0].summary()["greedy"] is True and "greedy" not in members[1].summary()
+        # The sampled members draw at temperature 1: not all of them repeat the greedy episode.
+        assert any(m.token_ids != greedy_episode.token_ids for m in members[1:])
+
+
+def test_greedy_group_members_leave_a_sampled_member_and_need_learner_logprobs():
+    config = GRPOConfig().environment("agentgym/textcraft").llm(group_size=2, greedy_group_members=2)
+    with pytest.raises(ValueError, match="greedy_group_members must be in"):
+        config.validate()
+    config = GRPOConfig().environment("agentgym/textcraft").llm(group_size=4, greedy_group_members=1,
+                                                                 temperature=1.0)
+    config.training(old_logprobs="engine")
+    with pytest.raises(ValueError, match="needs old_logprobs 'learner'"):
+        config.validate()
+
+
 def test_runner_over_http_server_matches_inprocess_observations():
     http = _runner("hf", {"launch_server": True}, group_size=1, max_turns=1, max_new_tokens=8)
     local = _runner("hf", {}, group_size=1, max_turns=1, max_new_tokens=8)

@@ -42,6 +42,7 @@ class Trajectory:
     truncated: bool = False  # hit the model's context or a response hit max_new_tokens at the end
     final_observation: str = ""
     replayed_turns: list[Turn] = field(default_factory=list)  # a start state's prefix: context, not trained
+    greedy: bool = False  # played at temperature 0 (GRPOConfig.greedy_group_members), not sampled
 
     def append(self, ids: Sequence[int], generated: bool, logprobs: Sequence[float] | None = None) -> None:
         self.token_ids.extend(ids)
@@ -83,6 +84,7 @@ class Trajectory:
             "turns": [asdict(t) for t in self.turns],
             "final_observation": self.final_observation,
             **({"replayed_turns": [asdict(t) for t in self.replayed_turns]} if self.replayed_turns else {}),
+            **({"greedy": True} if self.greedy else {}),
         }
 
 

@@ -28,6 +28,16 @@ class SamplingConfig:
     top_k: int = -1
 
 
+def per_prompt(sampling: SamplingConfig | Sequence[SamplingConfig], n: int) -> list[SamplingConfig]:
+    """`sampling` as one config per prompt."""
+    if isinstance(sampling, SamplingConfig):
+        return [sampling] * n
+    configs = list(sampling)
+    if len(configs) != n:
+        raise ValueError(f"{len(configs)} sampling configs for {n} prompts")
+    return configs
+
+
 @dataclass
 class Generation:
     token_ids: list[int]
@@ -36,8 +46,10 @@ class Generation:
 
 
 class InferenceEngine(Protocol):
+    # `sampling`: one config for every prompt, or one per prompt (e.g. a greedy member in a sampled group).
     def generate(
-        self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig | Sequence[SamplingConfig],
+        seeds: Sequence[int] | None = None,
     ) -> list[Generation]: ...
 
     # `partial`: the tensors are a subset on purpose (a LoRA learner's adapted layers); the rest keep theirs.
@@ -295,15 +307,15 @@ class VLLMEngine:
 
         params = [
             SamplingParams(
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=sampling.top_k,
-                max_tokens=sampling.max_new_tokens,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                top_k=config.top_k,
+                max_tokens=config.max_new_tokens,
                 logprobs=0,
                 flat_logprobs=True,  # see sampled_logprobs
                 seed=None if seeds is None else int(seeds[i]),
             )
-            for i in range(len(prompts))
+            for i, config in enumerate(per_prompt(sampling, len(prompts)))
         ]
         outputs = self._llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False
@@ -362,8 +374,19 @@ class HFEngine:
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self._eos_id
         self._seed = seed
 
-    @torch.no_grad()
     def generate(self, prompts, sampling, seeds=None):
+        # `generate` takes one sampling config a call: one call per distinct config, in prompt order.
+        configs = per_prompt(sampling, len(prompts))
+        generations: list[Generation | None] = [None] * len(prompts)
+        for config in dict.fromkeys(configs):
+            rows = [i for i, c in enumerate(configs) if c == config]
+            row_seeds = None if seeds is None else [seeds[i] for i in rows]
+            for i, gen in zip(rows, self._generate_one_config([prompts[i] for i in rows], config, row_seeds)):
+                generations[i] = gen
+        return generations
+
+    @torch.no_grad()
+    def _generate_one_config(self, prompts, sampling: SamplingConfig, seeds=None) -> list[Generation]:
         if seeds is not None and len(seeds):
             torch.manual_seed(int(seeds[0]))
         width = max(len(p) for p in prompts)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -298,6 +298,8 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
             temperature=float(self.config.temperature if explore else 0.0),
             top_p=float(self.config.top_p),
         )
+        num_greedy = int(getattr(self.config, "greedy_group_members", 0)) if explore else 0
+        greedy = replace(sampling, temperature=0.0)
 
         # Reset every session to its task, concurrently.
         specs = [(t, g) for t in task_ids for g in range(group_size)]
@@ -317,6 +319,7 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
                 data_idx=data_idx,
                 group_id=group_base + i // group_size,
                 category=self.spec.category(data_idx),
+                greedy=sampling.temperature == 0 or i % group_size < num_greedy,
             )
             prompt = self._chat.prompt_ids(self._tokenizer, self.spec.instruction, obs)
             traj.append(prompt, generated=False)
@@ -341,7 +344,8 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
             if self.config.seed is not None:
                 seeds = [hash((self._seed, call, turn, k)) & 0x7FFFFFFF for k in range(len(active))]
             t0 = time.perf_counter()
-            generations = self._engine.generate([e.trajectory.token_ids for e in active], sampling, seeds)
+            per_episode = [greedy if e.trajectory.greedy else sampling for e in active] if num_greedy else sampling
+            generations = self._engine.generate([e.trajectory.token_ids for e in active], per_episode, seeds)
             result.generation_s += time.perf_counter() - t0
             texts = []
             for e, gen in zip(active, generations):

@@ -91,6 +91,9 @@ class GRPOConfig(AlgorithmConfig):
         self.temperature = 1.0
         self.top_p = 1.0
         self.group_size = 8
+        # Members of each group played greedily (temperature 0), the rest sampled: the greedy
+        # episode is what a greedy evaluation plays, so its turns take the group's credit too.
+        self.greedy_group_members = 0
         self.tasks_per_iteration = 4  # tasks per training batch, split across env runners
         self.max_turns = 10  # horizon when `scaling_inter` is not set
         self.scaling_inter = None  # {schedule: [...], interval: D} or {start, delta, interval, max}
@@ -352,6 +355,12 @@ class GRPOConfig(AlgorithmConfig):
                 "engine reports log-probs of the raw logits, not of the distribution it sampled from; use 'learner'")
         if self.group_size < 1 or self.tasks_per_iteration < 1:
             self._value_error("group_size and tasks_per_iteration must be >= 1")
+        if not 0 <= self.greedy_group_members < self.group_size:
+            self._value_error(f"greedy_group_members must be in [0, group_size) = [0, {self.group_size}), "
+                              f"got {self.greedy_group_members!r}: a group needs a sampled member")
+        if self.greedy_group_members and self.old_logprobs == "engine":
+            self._value_error("greedy_group_members needs old_logprobs 'learner': a greedy token's engine "
+                              "log-prob is not its probability under the sampling distribution")
         if not self.sft_coef >= 0:
             self._value_error(f"sft_coef must be >= 0, got {self.sft_coef!r}")
         if self.sft_coef and not (self.sft_data or self.sft_expert):
@@ -685,6 +694,10 @@ class GRPO(Algorithm):
             "generation_s": gen_s,
             "env_s": sum(r.env_s for r in rollouts),
         }
+        greedy = [t.success for t in trajectories if t.greedy]
+        if self.config.greedy_group_members and greedy:
+            # The train goals' greedy success, played in the batch (`greedy_group_members`).
+            stats["greedy_member_success_rate"] = float(np.mean(greedy))
         if self.config.advantage_estimator == "gigpo" and n:
             _, anchor_ids = step_arrays(trajectories, anchor=self.config.step_anchor)
             stats["step_anchor_shared_fraction"] = shared_turn_fraction(anchor_ids)
