@@ -84,12 +84,14 @@ def test_greedy_group_member_plays_the_greedy_episode(engine):
     runner = _runner(engine, {}, group_size=4, greedy_group_members=1, temperature=1.0, max_turns=2,
                      max_new_tokens=16, model_dtype="float32")
     try:
-        trained = runner.sample(task_ids=[3, 7]).trajectories
+        trained = runner.sample(task_ids=[3, 7], greedy_members=1).trajectories
         evaluated = runner.sample(task_ids=[3, 7], group_size=1, explore=False).trajectories
+        # Without `greedy_members` (an evaluation's sampled draw) every member samples.
+        sampled = runner.sample(task_ids=[3], group_size=2).trajectories
     finally:
         runner.stop()
     assert len(trained) == 8 and [t.greedy for t in trained] == [True, False, False, False] * 2
-    assert all(t.greedy for t in evaluated)
+    assert all(t.greedy for t in evaluated) and not any(t.greedy for t in sampled)
     for task, greedy_episode in zip([3, 7], evaluated):
         members = [t for t in trained if t.data_idx == task]
         assert members[0].token_ids == greedy_episode.token_ids

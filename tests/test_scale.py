@@ -68,7 +68,8 @@ def test_two_env_runners_split_the_tasks(ray_local):
         GRPOConfig()
         .environment("agentgym/textcraft")
         .env_runners(num_env_runners=2, num_cpus_per_env_runner=1)
-        .llm(inference_engine="hf", group_size=2, tasks_per_iteration=4, max_turns=1, max_new_tokens=4)
+        .llm(inference_engine="hf", group_size=2, greedy_group_members=1, tasks_per_iteration=4, max_turns=1,
+             max_new_tokens=4)
         .debugging(seed=0)
     )
     cfg.log_trajectories = 0
@@ -79,4 +80,6 @@ def test_two_env_runners_split_the_tasks(ray_local):
     finally:
         algo.stop()
     assert result["env_runners"]["num_episodes"] == 8  # 2 runners x 2 tasks x group of 2
+    # The remote runners play one member of each group greedily, as the local one does.
+    assert 0.0 <= result["env_runners"]["greedy_member_success_rate"] <= 1.0
     assert per_runner == [1, 1]

@@ -261,7 +261,8 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         return self._max_turns
 
     def sample(self, *, num_tasks: int | None = None, group_size: int | None = None, explore: bool = True,
-               task_ids: Optional[list[int]] = None, call_index: int | None = None, **kwargs) -> RolloutResult:
+               task_ids: Optional[list[int]] = None, call_index: int | None = None, greedy_members: int = 0,
+               **kwargs) -> RolloutResult:
         """Play `group_size` episodes for each of `num_tasks` tasks (or `task_ids`).
 
         `call_index` fixes the draw (tasks, seeds, group ids); by default this
@@ -269,7 +270,9 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
         `start_states` draws those instead of tasks, when `task_ids` is not given:
         each group replays one and plays on from its last answer, for up to the
         horizon's turns. With `start_state_fraction` below 1, only that share of
-        the groups (rounded) does; the others play fresh tasks.
+        the groups (rounded) does; the others play fresh tasks. With `explore`, the first
+        `greedy_members` of each group play at temperature 0 (GRPO's training draws pass
+        `greedy_group_members`; evaluations sample every member).
         """
         start = time.perf_counter()
         self._ensure_engine()
@@ -298,7 +301,7 @@ class LLMEnvRunner(RunnerStateMixin, EnvRunner, Checkpointable):
             temperature=float(self.config.temperature if explore else 0.0),
             top_p=float(self.config.top_p),
         )
-        num_greedy = int(getattr(self.config, "greedy_group_members", 0)) if explore else 0
+        num_greedy = int(greedy_members) if explore else 0
         greedy = replace(sampling, temperature=0.0)
 
         # Reset every session to its task, concurrently.

@@ -450,7 +450,8 @@ class GRPO(Algorithm):
         self._sample_call = (self.iteration, k)
         call = self.iteration * 1000 + k
         if group.num_remote_env_runners() == 0:
-            return [group.local_env_runner.sample(num_tasks=cfg.tasks_per_iteration, call_index=call)]
+            return [group.local_env_runner.sample(num_tasks=cfg.tasks_per_iteration, call_index=call,
+                                                  greedy_members=cfg.greedy_group_members)]
 
         def restore() -> list[int]:
             restored = self.restore_env_runners(group)
@@ -463,10 +464,12 @@ class GRPO(Algorithm):
             return restored
 
         results: dict[int, RolloutResult] = {}
+        greedy_members = int(cfg.greedy_group_members)  # an int into the closure, not the config
 
         def sample_on(ids: list[int]) -> None:
             for index, rollout in group.foreach_env_runner(
-                lambda runner: (runner.worker_index, runner.sample(num_tasks=per_runner, call_index=call)),
+                lambda runner: (runner.worker_index, runner.sample(num_tasks=per_runner, call_index=call,
+                                                                   greedy_members=greedy_members)),
                 local_env_runner=False,
                 remote_worker_ids=ids,
             ):
