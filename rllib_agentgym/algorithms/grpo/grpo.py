@@ -449,9 +449,10 @@ class GRPO(Algorithm):
         k = k + 1 if iteration == self.iteration else 0
         self._sample_call = (self.iteration, k)
         call = self.iteration * 1000 + k
+        greedy_members = int(cfg.greedy_group_members)  # an int into the closure below, not the config
         if group.num_remote_env_runners() == 0:
             return [group.local_env_runner.sample(num_tasks=cfg.tasks_per_iteration, call_index=call,
-                                                  greedy_members=cfg.greedy_group_members)]
+                                                  greedy_members=greedy_members)]
 
         def restore() -> list[int]:
             restored = self.restore_env_runners(group)
@@ -464,7 +465,6 @@ class GRPO(Algorithm):
             return restored
 
         results: dict[int, RolloutResult] = {}
-        greedy_members = int(cfg.greedy_group_members)  # an int into the closure, not the config
 
         def sample_on(ids: list[int]) -> None:
             for index, rollout in group.foreach_env_runner(
