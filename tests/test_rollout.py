@@ -79,10 +79,10 @@ def test_runner_groups_masks_and_horizon(engine):
 
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
 def test_greedy_group_member_plays_the_greedy_episode(engine):
-    # One member of each group at temperature 0 (GRPOConfig.greedy_group_members): it plays
-    # what a greedy evaluation of that task plays, while the others sample.
-    runner = _runner(engine, {}, group_size=4, greedy_group_members=1, temperature=1.0, max_turns=2,
-                     max_new_tokens=16, model_dtype="float32")
+    # One member of each group at temperature 0 (what GRPO's draws pass for `greedy_group_members`):
+    # it plays what a greedy evaluation of that task plays, while the others sample.
+    runner = _runner(engine, {}, group_size=4, temperature=1.0, max_turns=2, max_new_tokens=16,
+                     model_dtype="float32")
     try:
         trained = runner.sample(task_ids=[3, 7], greedy_members=1).trajectories
         evaluated = runner.sample(task_ids=[3, 7], group_size=1, explore=False).trajectories
